@@ -1,0 +1,64 @@
+# lodestream — run `make help` for the targets.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+STATE_DIR ?= .lode
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[36m%-12s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lodestream needs Python >= 3.11")'
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev,demo]'
+	@touch $(STAMP)
+
+.PHONY: venv
+venv: $(STAMP) ## Create the virtualenv and install lodestream with dev extras
+
+.PHONY: lint
+lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy .
+
+.PHONY: fmt
+fmt: $(STAMP) ## Format and auto-fix
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+.PHONY: test
+test: $(STAMP) ## Lint, then the whole test suite against real nats-server and Postgres
+	$(MAKE) lint
+	$(BIN)/pytest -q $(PYTEST_ARGS)
+
+.PHONY: test-fast
+test-fast: $(STAMP) ## Tests without the slow end-to-end and fault-injection ones
+	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
+
+.PHONY: schemas
+schemas: $(STAMP) ## Regenerate schemas/json from the pydantic models
+	$(BIN)/python tools/export_json_schema.py
+
+.PHONY: run
+run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stops it)
+	$(BIN)/lode up --state-dir $(STATE_DIR) --demo
+
+.PHONY: up
+up: $(STAMP) ## Start the embedded stack only
+	$(BIN)/lode up --state-dir $(STATE_DIR)
+
+.PHONY: bench
+bench: $(STAMP) ## Run the benchmarks (writes bench/out/, see bench/RESULTS.md)
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+.PHONY: clean
+clean: ## Remove caches (keeps the venv and the state dir)
+	rm -rf .mypy_cache .ruff_cache .pytest_cache build *.egg-info

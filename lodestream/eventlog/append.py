@@ -1,0 +1,144 @@
+"""Appending to the log with per-aggregate compare-and-set.
+
+``expect`` is the stream sequence of the last event of the aggregate the
+writer acted on (0 for "this aggregate must not exist yet"). The server
+checks it against ``evt.<site>.<kind>.<id>.*`` atomically, so two writers
+racing on one job cannot both win; the loser gets :class:`ConflictError`.
+``Nats-Msg-Id`` is the event id, so a retried append is a free no-op.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import PubAck
+from nats.js.errors import APIError, NoStreamResponseError
+
+from lodestream.eventlog.errors import AppendError, ConflictError, EventLogError
+from schemas.codec import encode
+from schemas.envelope import Event
+from schemas.subjects import EVENTS_STREAM
+
+WRONG_LAST_SEQUENCE = 10071
+_ACTUAL_SEQ = re.compile(r"(\d+)\s*$")
+
+H_MSG_ID = "Nats-Msg-Id"
+H_EXPECTED_STREAM = "Nats-Expected-Stream"
+H_EXPECTED_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
+H_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    event: Event
+    seq: int
+    duplicate: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    event: Event
+    error: EventLogError
+
+
+def headers_for(event: Event, expect: int | None) -> dict[str, str]:
+    headers = {H_MSG_ID: str(event.id), H_EXPECTED_STREAM: EVENTS_STREAM}
+    if expect is not None:
+        headers[H_EXPECTED_SUBJECT_SEQ] = str(expect)
+        headers[H_EXPECTED_SUBJECT] = event.aggregate_subjects
+    return headers
+
+
+class EventLog:
+    """Typed appends to the ``EVENTS`` stream."""
+
+    def __init__(self, js: JetStreamContext, *, timeout_s: float = 5.0) -> None:
+        self._js = js
+        self._timeout_s = timeout_s
+
+    async def append(self, event: Event, *, expect: int | None) -> Appended:
+        """Append one event; raise ConflictError if the aggregate moved past ``expect``."""
+        try:
+            ack = await self._js.publish(
+                event.subject,
+                encode(event),
+                timeout=self._timeout_s,
+                headers=headers_for(event, expect),
+            )
+        except APIError as exc:
+            error = _map_api_error(event, expect, exc)
+            if isinstance(error, ConflictError):
+                retried = await self._already_appended(event, error)
+                if retried is not None:
+                    return retried
+            raise error from exc
+        except (NatsTimeoutError, NoStreamResponseError) as exc:
+            raise AppendError(f"no acknowledgement for {event.subject}: {exc!r}") from exc
+        return Appended(event, ack.seq, bool(ack.duplicate))
+
+    async def append_many(
+        self, items: Sequence[tuple[Event, int | None]]
+    ) -> list[Appended | Rejected]:
+        """Pipeline many appends (``publish_async``) and collect one outcome per item, in order.
+
+        Appends to different aggregates are independent: one conflict does not
+        stop the others, and the caller decides what a partial result means.
+        """
+        futures: list[asyncio.Future[PubAck]] = []
+        for event, expect in items:
+            futures.append(
+                await self._js.publish_async(
+                    event.subject, encode(event), headers=headers_for(event, expect)
+                )
+            )
+        done = await asyncio.wait_for(
+            asyncio.gather(*futures, return_exceptions=True),
+            timeout=self._timeout_s + 0.001 * len(items),
+        )
+        results: list[Appended | Rejected] = []
+        for (event, expect), outcome in zip(items, done, strict=True):
+            if isinstance(outcome, PubAck):
+                results.append(Appended(event, outcome.seq, bool(outcome.duplicate)))
+            elif isinstance(outcome, APIError):
+                error = _map_api_error(event, expect, outcome)
+                retried = (
+                    await self._already_appended(event, error)
+                    if isinstance(error, ConflictError)
+                    else None
+                )
+                results.append(retried if retried is not None else Rejected(event, error))
+            else:
+                results.append(Rejected(event, AppendError(f"{event.subject}: {outcome!r}")))
+        return results
+
+    async def _already_appended(self, event: Event, conflict: ConflictError) -> Appended | None:
+        """Recognise a retry of an append that already landed.
+
+        The server checks the expected sequence before de-duplicating, so a
+        retried CAS append reports a conflict. If the aggregate's newest event
+        carries our ``Nats-Msg-Id``, the append did happen: report it as a
+        duplicate, which also makes retries safe after the duplicate window.
+        """
+        if conflict.actual is None:
+            return None
+        try:
+            stored = await self._js.get_msg(EVENTS_STREAM, seq=conflict.actual, direct=True)
+        except (APIError, NatsTimeoutError):
+            return None
+        if stored.headers and stored.headers.get(H_MSG_ID) == str(event.id):
+            return Appended(event, conflict.actual, duplicate=True)
+        return None
+
+
+def _map_api_error(event: Event, expect: int | None, exc: APIError) -> EventLogError:
+    description = exc.description or ""
+    if exc.err_code == WRONG_LAST_SEQUENCE and expect is not None:
+        match = _ACTUAL_SEQ.search(description)
+        actual = int(match.group(1)) if match else None
+        return ConflictError(event.subject, expect, actual, description)
+    return AppendError(f"JetStream refused {event.subject}: {description} (code {exc.err_code})")

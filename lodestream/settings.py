@@ -1,0 +1,60 @@
+"""Settings of the central services, one nested model per component.
+
+Only entry points construct :class:`Settings` (which reads the environment);
+everything else receives the piece it needs. ``NATS_URL`` and
+``DATABASE_URL`` are honoured as-is so an operator can point the same
+services at an external NATS cluster and a managed Postgres.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import AliasChoices, BaseModel, Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class NatsSettings(BaseModel):
+    url: str = "nats://127.0.0.1:4222"
+    user: str | None = None
+    password: SecretStr | None = None
+    ca_file: Path | None = None
+    nkey_seed_file: Path | None = None
+    inbox_prefix: str = "_INBOX"
+    stream_replicas: int = Field(1, ge=1, le=5)
+    name: str = "lodestream"
+
+
+class ApiSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = Field(8400, ge=0, le=65535)
+    max_jobs_per_request: int = Field(5000, ge=1, le=100_000)
+    wait_timeout_s: float = Field(30.0, gt=0)
+    max_page_size: int = Field(1000, ge=1)
+
+
+class ProjectorSettings(BaseModel):
+    durable: str = "projector"
+    batch_size: int = Field(2000, ge=1, le=20_000)
+    fetch_timeout_s: float = Field(0.5, gt=0)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="LODE_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
+    )
+
+    nats_url: str = Field(
+        "nats://127.0.0.1:4222", validation_alias=AliasChoices("NATS_URL", "LODE_NATS_URL")
+    )
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/lodestream",
+        validation_alias=AliasChoices("DATABASE_URL", "LODE_DATABASE_URL"),
+    )
+    nats: NatsSettings = NatsSettings()
+    api: ApiSettings = ApiSettings()
+    projector: ProjectorSettings = ProjectorSettings()
+
+    def nats_settings(self) -> NatsSettings:
+        """NATS settings with the top-level URL applied."""
+        return self.nats.model_copy(update={"url": self.nats_url})

@@ -1,0 +1,222 @@
+"""Job lifecycle events (ARCHITECTURE.md §4). Past tense; one class per fact."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field
+
+from schemas.envelope import Event, EventData
+from schemas.resources import JobSpec
+
+MAX_TAIL = 4096
+
+
+class StepData(EventData):
+    """A controller or site step. ``skipped`` names steps with nothing to do, in order."""
+
+    skipped: tuple[str, ...] = ()
+    note: str = ""
+
+
+class ParentsData(EventData):
+    parent_ids: tuple[uuid.UUID, ...] = Field(min_length=1)
+
+
+class LeaseData(EventData):
+    session_id: uuid.UUID
+    reason: str = ""
+
+
+class Placement(EventData):
+    hostname: str
+    cores: tuple[int, ...] = ()
+    gpus: tuple[int, ...] = ()
+
+
+class StartedData(EventData):
+    session_id: uuid.UUID
+    skipped: tuple[str, ...] = ()
+    placement: tuple[Placement, ...] = ()
+    pid: int | None = None
+    attempt: int = Field(1, ge=1)
+
+
+class RunResultData(EventData):
+    return_code: int | None = None
+    stderr_tail: str = Field("", max_length=MAX_TAIL)
+    runtime_s: float | None = Field(None, ge=0)
+    result: Any = None
+    cause: tuple[str, ...] = ()
+
+
+class RetryData(EventData):
+    attempt: int = Field(ge=1)
+    reason: str = ""
+
+
+class FailureData(EventData):
+    reason: str
+    cause: tuple[str, ...] = ()
+    parent_id: uuid.UUID | None = None
+
+
+class ReasonData(EventData):
+    reason: str = ""
+
+
+class JobCreated(Event):
+    event_type: ClassVar[str] = "job.created"
+    type: Literal["job.created"] = "job.created"
+    v: Literal[1] = 1
+    data: JobSpec
+
+
+class JobAwaitingParents(Event):
+    event_type: ClassVar[str] = "job.awaiting_parents"
+    type: Literal["job.awaiting_parents"] = "job.awaiting_parents"
+    v: Literal[1] = 1
+    data: ParentsData
+
+
+class JobReady(Event):
+    event_type: ClassVar[str] = "job.ready"
+    type: Literal["job.ready"] = "job.ready"
+    v: Literal[1] = 1
+    data: StepData = StepData()
+
+
+class JobStagedIn(Event):
+    event_type: ClassVar[str] = "job.staged_in"
+    type: Literal["job.staged_in"] = "job.staged_in"
+    v: Literal[1] = 1
+    data: StepData = StepData()
+
+
+class JobPreprocessed(Event):
+    event_type: ClassVar[str] = "job.preprocessed"
+    type: Literal["job.preprocessed"] = "job.preprocessed"
+    v: Literal[1] = 1
+    data: StepData = StepData()
+
+
+class JobLeased(Event):
+    event_type: ClassVar[str] = "job.leased"
+    type: Literal["job.leased"] = "job.leased"
+    v: Literal[1] = 1
+    data: LeaseData
+
+
+class JobLeaseReleased(Event):
+    event_type: ClassVar[str] = "job.lease_released"
+    type: Literal["job.lease_released"] = "job.lease_released"
+    v: Literal[1] = 1
+    data: LeaseData
+
+
+class JobLeaseExpired(Event):
+    event_type: ClassVar[str] = "job.lease_expired"
+    type: Literal["job.lease_expired"] = "job.lease_expired"
+    v: Literal[1] = 1
+    data: LeaseData
+
+
+class JobStarted(Event):
+    event_type: ClassVar[str] = "job.started"
+    type: Literal["job.started"] = "job.started"
+    v: Literal[1] = 1
+    data: StartedData
+
+
+class JobRunDone(Event):
+    event_type: ClassVar[str] = "job.run_done"
+    type: Literal["job.run_done"] = "job.run_done"
+    v: Literal[1] = 1
+    data: RunResultData = RunResultData()
+
+
+class JobRunErrored(Event):
+    event_type: ClassVar[str] = "job.run_errored"
+    type: Literal["job.run_errored"] = "job.run_errored"
+    v: Literal[1] = 1
+    data: RunResultData
+
+
+class JobRunTimedOut(Event):
+    event_type: ClassVar[str] = "job.run_timed_out"
+    type: Literal["job.run_timed_out"] = "job.run_timed_out"
+    v: Literal[1] = 1
+    data: RunResultData
+
+
+class JobPostprocessed(Event):
+    event_type: ClassVar[str] = "job.postprocessed"
+    type: Literal["job.postprocessed"] = "job.postprocessed"
+    v: Literal[1] = 1
+    data: StepData = StepData()
+
+
+class JobRestartReady(Event):
+    event_type: ClassVar[str] = "job.restart_ready"
+    type: Literal["job.restart_ready"] = "job.restart_ready"
+    v: Literal[1] = 1
+    data: RetryData
+
+
+class JobStagedOut(Event):
+    event_type: ClassVar[str] = "job.staged_out"
+    type: Literal["job.staged_out"] = "job.staged_out"
+    v: Literal[1] = 1
+    data: StepData = StepData()
+
+
+class JobFinished(Event):
+    event_type: ClassVar[str] = "job.finished"
+    type: Literal["job.finished"] = "job.finished"
+    v: Literal[1] = 1
+    data: StepData = StepData()
+
+
+class JobFailed(Event):
+    event_type: ClassVar[str] = "job.failed"
+    type: Literal["job.failed"] = "job.failed"
+    v: Literal[1] = 1
+    data: FailureData
+
+
+class JobKilled(Event):
+    event_type: ClassVar[str] = "job.killed"
+    type: Literal["job.killed"] = "job.killed"
+    v: Literal[1] = 1
+    data: ReasonData = ReasonData()
+
+
+class JobReset(Event):
+    event_type: ClassVar[str] = "job.reset"
+    type: Literal["job.reset"] = "job.reset"
+    v: Literal[1] = 1
+    data: ReasonData = ReasonData()
+
+
+JOB_EVENTS: tuple[type[Event], ...] = (
+    JobCreated,
+    JobAwaitingParents,
+    JobReady,
+    JobStagedIn,
+    JobPreprocessed,
+    JobLeased,
+    JobLeaseReleased,
+    JobLeaseExpired,
+    JobStarted,
+    JobRunDone,
+    JobRunErrored,
+    JobRunTimedOut,
+    JobPostprocessed,
+    JobRestartReady,
+    JobStagedOut,
+    JobFinished,
+    JobFailed,
+    JobKilled,
+    JobReset,
+)

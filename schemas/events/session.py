@@ -1,0 +1,54 @@
+"""Launcher session events, and the heartbeat record carried on the HB stream."""
+
+from __future__ import annotations
+
+import uuid
+from typing import ClassVar, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from schemas.envelope import Event, EventData
+from schemas.resources import NodeInfo
+
+
+class SessionOpenedData(EventData):
+    batch_job_id: uuid.UUID | None = None
+    hostname: str
+    mode: Literal["serial", "mpi"] = "serial"
+    nodes: tuple[NodeInfo, ...] = Field(min_length=1)
+    deadline: AwareDatetime
+    heartbeat_ttl_s: int = Field(ge=1, le=3600)
+
+
+class SessionClosedData(EventData):
+    reason: str = ""
+
+
+class SessionOpened(Event):
+    event_type: ClassVar[str] = "session.opened"
+    type: Literal["session.opened"] = "session.opened"
+    v: Literal[1] = 1
+    data: SessionOpenedData
+
+
+class SessionClosed(Event):
+    event_type: ClassVar[str] = "session.closed"
+    type: Literal["session.closed"] = "session.closed"
+    v: Literal[1] = 1
+    data: SessionClosedData = SessionClosedData()
+
+
+class Heartbeat(BaseModel):
+    """The body of ``hb.<site>.<session>``; the server's per-message TTL does the expiring."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    session_id: uuid.UUID
+    site: str
+    at: AwareDatetime
+    running: int = Field(0, ge=0)
+    leased: int = Field(0, ge=0)
+    free_cores: int = Field(0, ge=0)
+
+
+SESSION_EVENTS: tuple[type[Event], ...] = (SessionOpened, SessionClosed)

@@ -1,0 +1,144 @@
+"""``state = fold(events)``: the pure reduction of a job's events to its current view.
+
+``apply`` is the one place a job event is judged legal. Writers call it
+before appending (to refuse an illegal transition with a clear error), the
+projector calls it when folding (to quarantine anything illegal that did
+reach the log), and tests call it exhaustively against the table.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from schemas.envelope import Event
+from schemas.events.job import JobCreated, JobStarted, LeaseData, StartedData
+from schemas.states import SKIPPABLE, TRANSITIONS, JobState, Transition
+
+
+class IllegalTransition(ValueError):
+    """An event that the state machine does not allow from the job's current state."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    id: uuid.UUID
+    site: str
+    state: JobState
+    last_seq: int
+    lease_seq: int | None = None
+    lease_session: uuid.UUID | None = None
+    attempts: int = 0
+    stage_times: dict[str, datetime] = field(default_factory=dict)
+
+
+def apply(view: JobView | None, event: Event, seq: int) -> JobView:
+    """Return the view after ``event`` (stream sequence ``seq``), or raise IllegalTransition."""
+    transition = TRANSITIONS.get(event.type)
+    if transition is None:
+        raise IllegalTransition(f"{event.type} is not a job event")
+    if view is None:
+        if not isinstance(event, JobCreated):
+            raise IllegalTransition(f"{event.type} for unknown job {event.aggregate_id}")
+        if event.data.site != event.site:
+            raise IllegalTransition(
+                f"job.created names site {event.data.site!r} but was appended for {event.site!r}"
+            )
+        return JobView(
+            id=event.aggregate_id,
+            site=event.site,
+            state=JobState.CREATED,
+            last_seq=seq,
+            stage_times={JobState.CREATED.value: event.occurred_at},
+        )
+    if event.aggregate_id != view.id or event.site != view.site:
+        raise IllegalTransition(
+            f"{event.type} for job {event.aggregate_id} at {event.site!r} does not match "
+            f"job {view.id} at {view.site!r}"
+        )
+    if seq <= view.last_seq:
+        raise IllegalTransition(f"sequence {seq} is not after {view.last_seq}")
+
+    state = view.state
+    lease_seq, lease_session = view.lease_seq, view.lease_session
+    for skipped in _skipped(event):
+        if skipped not in SKIPPABLE:
+            raise IllegalTransition(f"{skipped} cannot be skipped")
+        step = TRANSITIONS[skipped]
+        state = _step(step, state, lease_seq is not None, skipped_in=event.type)
+        if step.lease == "acquire":
+            lease_seq, lease_session = seq, _session_of(event)
+
+    state = _step(transition, state, lease_seq is not None)
+    lease_seq, lease_session = _lease_after(transition, event, seq, lease_seq, lease_session)
+    times = dict(view.stage_times)
+    times[state.value] = event.occurred_at
+    attempts = view.attempts + 1 if isinstance(event, JobStarted) else view.attempts
+    return replace(
+        view,
+        state=state,
+        last_seq=seq,
+        lease_seq=lease_seq,
+        lease_session=lease_session,
+        attempts=attempts,
+        stage_times=times,
+    )
+
+
+def fold(events: Iterable[tuple[int, Event]]) -> JobView | None:
+    """Fold ``(sequence, event)`` pairs of one job, oldest first."""
+    view: JobView | None = None
+    for seq, event in events:
+        view = apply(view, event, seq)
+    return view
+
+
+def _skipped(event: Event) -> tuple[str, ...]:
+    skipped = getattr(event.data, "skipped", ())
+    return tuple(skipped)
+
+
+def _session_of(event: Event) -> uuid.UUID | None:
+    data = event.data
+    if isinstance(data, LeaseData | StartedData):
+        return data.session_id
+    return None
+
+
+def _step(
+    transition: Transition, state: JobState, leased: bool, skipped_in: str | None = None
+) -> JobState:
+    where = f" (skipped inside {skipped_in})" if skipped_in else ""
+    if state not in transition.sources:
+        raise IllegalTransition(f"{transition.event} is not allowed from {state.value}{where}")
+    if transition.lease == "acquire" and leased:
+        raise IllegalTransition(f"{transition.event}: job is already leased{where}")
+    if transition.lease in ("release", "require") and not leased:
+        raise IllegalTransition(f"{transition.event}: job holds no lease{where}")
+    return transition.target if transition.target is not None else state
+
+
+def _lease_after(
+    transition: Transition,
+    event: Event,
+    seq: int,
+    lease_seq: int | None,
+    lease_session: uuid.UUID | None,
+) -> tuple[int | None, uuid.UUID | None]:
+    match transition.lease:
+        case "acquire":
+            return seq, _session_of(event)
+        case "release" | "end":
+            return None, None
+        case "require":
+            # Only the holder may act on its lease; anyone else's event is a forgery or a zombie.
+            session = _session_of(event)
+            if session is not None and lease_session is not None and session != lease_session:
+                raise IllegalTransition(
+                    f"{event.type} by session {session} but the lease is held by {lease_session}"
+                )
+            return lease_seq, lease_session
+        case _:
+            return lease_seq, lease_session

@@ -1,0 +1,49 @@
+"""Identifiers: time-ordered UUIDv7 for new facts, name-based UUIDs for facts that must repeat.
+
+Python 3.11 has no ``uuid.uuid7``; this is RFC 9562 §5.7 with the 12-bit
+``rand_a`` used as a sub-millisecond counter so ids minted in one process are
+strictly increasing (which keeps B-tree inserts append-only).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+
+_lock = threading.Lock()
+_last_ms = 0
+_counter = 0
+
+# Namespace for ids derived from a cause (idempotent submissions, controller consequences).
+LODESTREAM_NAMESPACE = uuid.UUID("6f6c6f64-6573-7472-6561-6d0000000001")
+
+
+def uuid7() -> uuid.UUID:
+    """Return a new UUIDv7, monotonic within this process."""
+    global _last_ms, _counter  # noqa: PLW0603 - process-wide monotonic clock state
+    with _lock:
+        now_ms = time.time_ns() // 1_000_000
+        if now_ms <= _last_ms:
+            _counter += 1
+            if _counter > 0xFFF:  # counter exhausted: borrow the next millisecond
+                _last_ms += 1
+                _counter = 0
+            now_ms = _last_ms
+        else:
+            _last_ms = now_ms
+            _counter = 0
+        rand_a = _counter
+    rand_b = int.from_bytes(os.urandom(8), "big") & 0x3FFF_FFFF_FFFF_FFFF
+    value = (now_ms & 0xFFFF_FFFF_FFFF) << 80
+    value |= 0x7 << 76
+    value |= rand_a << 64
+    value |= 0b10 << 62
+    value |= rand_b
+    return uuid.UUID(int=value)
+
+
+def derived_id(*parts: str) -> uuid.UUID:
+    """A stable id for a fact that is defined by its cause, so a retry mints the same id."""
+    return uuid.uuid5(LODESTREAM_NAMESPACE, "/".join(parts))

@@ -1,0 +1,117 @@
+"""The job state machine, as data (ARCHITECTURE.md §4).
+
+``TRANSITIONS`` is the single table every writer checks before appending
+and the projector checks again when folding. Lease events keep the state
+and only set or clear the lease; see :mod:`schemas.fold`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final, Literal
+
+
+class JobState(StrEnum):
+    CREATED = "CREATED"
+    AWAITING_PARENTS = "AWAITING_PARENTS"
+    READY = "READY"
+    STAGED_IN = "STAGED_IN"
+    PREPROCESSED = "PREPROCESSED"
+    RUNNING = "RUNNING"
+    RUN_DONE = "RUN_DONE"
+    RUN_ERROR = "RUN_ERROR"
+    RUN_TIMEOUT = "RUN_TIMEOUT"
+    RESTART_READY = "RESTART_READY"
+    POSTPROCESSED = "POSTPROCESSED"
+    STAGED_OUT = "STAGED_OUT"
+    JOB_FINISHED = "JOB_FINISHED"
+    FAILED = "FAILED"
+    KILLED = "KILLED"
+
+
+S = JobState
+RUNNABLE: Final = frozenset({S.PREPROCESSED, S.RESTART_READY})
+FINAL: Final = frozenset({S.JOB_FINISHED, S.FAILED, S.KILLED})
+NON_FINAL: Final = frozenset(JobState) - FINAL
+
+LeaseEffect = Literal["none", "acquire", "release", "require", "end"]
+"""What an event does to the lease: ``acquire`` needs none held and sets one;
+``release`` needs one held and clears it; ``require`` needs one held and keeps
+it; ``end`` clears it if held (run results, kills); ``none`` leaves it alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    event: str
+    sources: frozenset[JobState | None]
+    target: JobState | None  # None: the state does not change
+    lease: LeaseEffect
+    appended_by: str
+
+
+def _t(
+    event: str,
+    sources: frozenset[JobState | None] | set[JobState | None],
+    target: JobState | None,
+    appended_by: str,
+    lease: LeaseEffect = "none",
+) -> Transition:
+    return Transition(event, frozenset(sources), target, lease, appended_by)
+
+
+TRANSITIONS: Final[dict[str, Transition]] = {
+    t.event: t
+    for t in (
+        _t("job.created", {None}, S.CREATED, "api"),
+        _t("job.awaiting_parents", {S.CREATED}, S.AWAITING_PARENTS, "controller"),
+        _t("job.ready", {S.CREATED, S.AWAITING_PARENTS}, S.READY, "controller"),
+        _t("job.staged_in", {S.READY}, S.STAGED_IN, "site transfer module / controller"),
+        _t("job.preprocessed", {S.STAGED_IN}, S.PREPROCESSED, "site processing"),
+        _t("job.leased", set(RUNNABLE), None, "launcher", lease="acquire"),
+        _t("job.lease_released", set(RUNNABLE), None, "launcher", lease="release"),
+        _t("job.lease_expired", set(RUNNABLE), None, "controller", lease="release"),
+        _t("job.started", set(RUNNABLE), S.RUNNING, "lease holder", lease="require"),
+        _t("job.run_done", {S.RUNNING}, S.RUN_DONE, "lease holder", lease="end"),
+        _t("job.run_errored", {S.RUNNING}, S.RUN_ERROR, "lease holder", lease="end"),
+        _t("job.run_timed_out", {S.RUNNING}, S.RUN_TIMEOUT, "lease holder / controller", "end"),
+        _t("job.postprocessed", {S.RUN_DONE}, S.POSTPROCESSED, "site processing"),
+        _t("job.restart_ready", {S.RUN_ERROR, S.RUN_TIMEOUT}, S.RESTART_READY, "site processing"),
+        _t("job.staged_out", {S.POSTPROCESSED}, S.STAGED_OUT, "site transfer / controller"),
+        _t("job.finished", {S.STAGED_OUT}, S.JOB_FINISHED, "controller"),
+        # Failure: parent failed (CREATED/AWAITING_PARENTS), stage-in failed (READY),
+        # preprocess hook failed (STAGED_IN), retry budget spent (RUN_ERROR/RUN_TIMEOUT),
+        # postprocess hook failed (RUN_DONE), stage-out failed (POSTPROCESSED).
+        _t(
+            "job.failed",
+            {
+                S.CREATED,
+                S.AWAITING_PARENTS,
+                S.READY,
+                S.STAGED_IN,
+                S.RUN_DONE,
+                S.RUN_ERROR,
+                S.RUN_TIMEOUT,
+                S.POSTPROCESSED,
+            },
+            S.FAILED,
+            "controller / site",
+        ),
+        _t("job.killed", set(NON_FINAL), S.KILLED, "api (user)", lease="end"),
+        _t("job.reset", {S.FAILED, S.KILLED}, S.READY, "api (user)"),
+    )
+}
+
+SKIPPABLE: Final = frozenset(
+    {"job.ready", "job.staged_in", "job.preprocessed", "job.leased", "job.postprocessed",
+     "job.staged_out"}
+)
+"""Steps that may be recorded as skipped inside a later event instead of appended on their own."""
+
+
+def is_runnable(state: JobState | None) -> bool:
+    return state in RUNNABLE
+
+
+def is_final(state: JobState | None) -> bool:
+    return state in FINAL
