@@ -1,0 +1,53 @@
+"""Wiring for ``lode projector run``: settings in, two fold loops (EVENTS and HB) out."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from infra.postgres.tables import READ_SCHEMA
+from lodestream.eventlog import ensure_streams
+from lodestream.natsconn import connect
+from lodestream.settings import Settings
+from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from services.projector.consumer import Projector
+from services.projector.rebuild import Rebuild, RebuildReport
+from services.projector.store import ProjectionStore
+
+log = logging.getLogger(__name__)
+
+
+async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
+    stop = stop or _stop_on_signals()
+    nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-projector"}))
+    js = nc.jetstream()
+    await ensure_streams(js, settings.nats.stream_replicas)
+    store = ProjectionStore(READ_SCHEMA)
+    cfg = settings.projector
+    projectors = [
+        Projector(js, settings.database_url, stream=stream, durable=durable, store=store,
+                  batch_size=cfg.batch_size, fetch_timeout_s=cfg.fetch_timeout_s)
+        for stream, durable in ((EVENTS_STREAM, cfg.durable), (HB_STREAM, f"{cfg.durable}-hb"))
+    ]  # fmt: skip
+    log.info("projector running (batch %d)", cfg.batch_size)
+    try:
+        await asyncio.gather(*(p.run(stop) for p in projectors))
+    finally:
+        await nc.drain()
+
+
+async def rebuild(settings: Settings) -> RebuildReport:
+    nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-rebuild"}))
+    try:
+        return await Rebuild(nc.jetstream(), settings.database_url).run()
+    finally:
+        await nc.close()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    return stop

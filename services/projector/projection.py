@@ -1,0 +1,347 @@
+"""Folding one batch of decoded messages into row changes — no I/O.
+
+The caller supplies what the batch needs from earlier batches (the progress
+columns of jobs it touches, the owners of sites) through :class:`Known`, and
+gets back a :class:`Changes` to write in one transaction. The rebuild keeps
+one ``Known`` for the whole replay; the live projector loads it per batch.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from schemas.envelope import Event
+from schemas.events import (
+    AppRegistered,
+    AppRemoved,
+    AppUpdated,
+    BatchJobFinished,
+    BatchJobRequested,
+    BatchJobSubmitFailed,
+    BatchJobSubmitted,
+    JobCreated,
+    JobFailed,
+    JobRunDone,
+    JobRunErrored,
+    JobRunTimedOut,
+    SessionClosed,
+    SessionOpened,
+    SiteKeyBound,
+    SiteRegistered,
+    SiteRemoved,
+    TransferFailed,
+    TransferRequested,
+    TransferSubmitted,
+)
+from schemas.fold import IllegalTransition, apply
+from schemas.ids import derived_id
+from services.projector.messages import (
+    Decoded,
+    EventMessage,
+    ExpiryMarker,
+    HeartbeatMessage,
+    RawMessage,
+)
+from services.projector.rows import JobEventRow, JobProgress, JobRecord, QuarantineRow, jsonb
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """A change to a low-volume read model, executed in log order by the store."""
+
+    statement: str
+    params: dict[str, Any]
+
+
+@dataclass(slots=True)
+class Known:
+    """State from earlier batches that this batch folds onto."""
+
+    jobs: dict[uuid.UUID, JobProgress | JobRecord] = field(default_factory=dict)
+    site_owners: dict[str, str] = field(default_factory=dict)  # live sites only
+
+
+@dataclass(slots=True)
+class Changes:
+    new_jobs: dict[uuid.UUID, JobRecord] = field(default_factory=dict)
+    updated_jobs: dict[uuid.UUID, JobProgress] = field(default_factory=dict)
+    job_events: list[JobEventRow] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    quarantine: list[QuarantineRow] = field(default_factory=list)
+    last_seq: dict[str, int] = field(default_factory=dict)
+
+    def empty(self) -> bool:
+        return not (
+            self.new_jobs or self.updated_jobs or self.job_events or self.ops or self.quarantine
+        )
+
+
+def job_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
+    return {
+        m.event.aggregate_id
+        for m in decoded
+        if isinstance(m, EventMessage) and m.event.type.startswith("job.")
+    }
+
+
+class Projection:
+    """Fold decoded messages onto ``known``; record what to write in ``changes``."""
+
+    def __init__(self, known: Known, changes: Changes) -> None:
+        self.known = known
+        self.changes = changes
+
+    def fold(self, raw: RawMessage, decoded: Decoded | QuarantineRow) -> None:
+        previous = self.changes.last_seq.get(raw.stream, 0)
+        self.changes.last_seq[raw.stream] = max(previous, raw.seq)
+        if isinstance(decoded, QuarantineRow):
+            self.changes.quarantine.append(decoded)
+            return
+        try:
+            self._fold(decoded)
+        except IllegalTransition as exc:
+            self.changes.quarantine.append(
+                QuarantineRow(raw.stream, raw.seq, raw.subject, f"illegal: {exc}", raw.data)
+            )
+
+    def _fold(self, message: Decoded) -> None:
+        match message:
+            case EventMessage(seq=seq, event=event) if event.kind == "job":
+                self._job(seq, event)
+            case EventMessage(seq=seq, event=event):
+                self._other(seq, event)
+            case HeartbeatMessage(site=site, session_id=session_id, heartbeat=hb):
+                self._op(
+                    "heartbeat",
+                    id=session_id,
+                    site=site,
+                    at=hb.at,
+                    heartbeat=hb.model_dump_json(),
+                )
+            case ExpiryMarker(site=site, session_id=session_id):
+                self._op("session_expired", id=session_id, site=site)
+
+    # --- jobs: the hot path -------------------------------------------------------------
+
+    def _job(self, seq: int, event: Event) -> None:
+        job_id = event.aggregate_id
+        current = self.known.jobs.get(job_id)
+        if isinstance(event, JobCreated):
+            if current is not None:
+                raise IllegalTransition(f"job {job_id} already exists")
+            owner = self.known.site_owners.get(event.site)
+            if owner is None:
+                raise IllegalTransition(f"job.created for unregistered site {event.site!r}")
+            if event.actor != f"user:{owner}":
+                raise IllegalTransition(f"job.created by {event.actor}, not site owner {owner}")
+            view = apply(None, event, seq)
+            record = JobRecord(event, seq, owner, JobProgress(view))
+            self.known.jobs[job_id] = record
+            self.changes.new_jobs[job_id] = record
+            self._job_event(seq, event, None, view.state.value)
+            return
+        if current is None:
+            raise IllegalTransition(f"{event.type} for unknown job {job_id}")
+        progress = current.progress if isinstance(current, JobRecord) else current
+        before = progress.view.state
+        progress.view = apply(progress.view, event, seq)
+        _record_outcome(progress, event)
+        if job_id not in self.changes.new_jobs:
+            self.changes.updated_jobs[job_id] = progress
+        self._job_event(seq, event, before.value, progress.view.state.value)
+
+    def _job_event(self, seq: int, event: Event, before: str | None, after: str) -> None:
+        self.changes.job_events.append(
+            JobEventRow(
+                seq=seq,
+                job_id=event.aggregate_id,
+                event_id=event.id,
+                site=event.site,
+                type=event.type,
+                from_state=before,
+                to_state=after,
+                occurred_at=event.occurred_at,
+                actor=event.actor,
+                data=event.data.model_dump_json(),
+            )
+        )
+
+    # --- sites, apps, batch jobs, sessions, transfers ---------------------------------
+
+    def _other(self, seq: int, event: Event) -> None:
+        handler = {
+            "site": self._site,
+            "app": self._app,
+            "batch": self._batch_event,
+            "session": self._session,
+            "xfer": self._xfer_event,
+        }.get(event.kind)
+        if handler is None:
+            raise IllegalTransition(f"no projection for {event.type}")
+        handler(seq, event)
+
+    def _site(self, seq: int, event: Event) -> None:
+        base = {"site": event.site, "seq": seq, "at": event.occurred_at}
+        match event:
+            case SiteRegistered(data=data):
+                if event.aggregate_id != derived_id("site", data.name) or data.name != event.site:
+                    raise IllegalTransition("site.registered does not match its site name")
+                if event.actor != f"user:{data.owner}":
+                    raise IllegalTransition(f"site registered by {event.actor} for {data.owner}")
+                if event.site in self.known.site_owners:
+                    raise IllegalTransition(f"site {event.site!r} is already registered")
+                self.known.site_owners[event.site] = data.owner
+                self._op(
+                    "site_registered",
+                    **base,
+                    id=event.aggregate_id,
+                    owner=data.owner,
+                    description=data.description,
+                    public_key=data.public_key,
+                )
+            case SiteKeyBound(data=data):
+                self._require_owner(event)
+                self._op("site_key_bound", **base, public_key=data.public_key)
+            case SiteRemoved():
+                self._require_owner(event)
+                del self.known.site_owners[event.site]
+                self._op("site_removed", **base)
+
+    def _app(self, seq: int, event: Event) -> None:
+        base = {"site": event.site, "seq": seq, "at": event.occurred_at}
+        self._require_site_actor(event)
+        match event:
+            case AppRegistered(data=app) | AppUpdated(data=app):
+                if app.site != event.site:
+                    raise IllegalTransition(f"app for site {app.site!r} appended by {event.site!r}")
+                self._op(
+                    "app_upserted",
+                    **base,
+                    name=app.name,
+                    description=app.description,
+                    parameters=jsonb(
+                        {k: v.model_dump(mode="json") for k, v in app.parameters.items()}
+                    ),
+                    transfers=jsonb(
+                        {k: v.model_dump(mode="json") for k, v in app.transfers.items()}
+                    ),
+                    python=app.python,
+                )
+            case AppRemoved(data=data):
+                self._op("app_removed", **base, name=data.name)
+
+    def _batch_event(self, seq: int, event: Event) -> None:
+        match event:
+            case BatchJobRequested(data=data):
+                self._op(
+                    "batch_requested",
+                    site=event.site,
+                    seq=seq,
+                    at=event.occurred_at,
+                    id=event.aggregate_id,
+                    **data.model_dump(exclude={"filter_tags"}),
+                    filter_tags=jsonb(data.filter_tags),
+                )
+            case BatchJobSubmitted(data=data):
+                self._batch(event, seq, "submitted", scheduler_id=data.scheduler_id)
+            case BatchJobFinished(data=data):
+                self._batch(event, seq, "finished", exit_code=data.exit_code, reason=data.reason)
+            case BatchJobSubmitFailed(data=data):
+                self._batch(event, seq, "submit_failed", reason=data.reason)
+            case _:
+                self._batch(event, seq, event.type.partition(".")[2])
+
+    def _session(self, seq: int, event: Event) -> None:
+        base = {"site": event.site, "seq": seq, "at": event.occurred_at, "id": event.aggregate_id}
+        match event:
+            case SessionOpened(data=data):
+                self._op(
+                    "session_opened",
+                    **base,
+                    batch_job_id=data.batch_job_id,
+                    hostname=data.hostname,
+                    mode=data.mode,
+                    nodes=jsonb([n.model_dump(mode="json") for n in data.nodes]),
+                    deadline=data.deadline,
+                    heartbeat_ttl_s=data.heartbeat_ttl_s,
+                )
+            case SessionClosed(data=data):
+                self._op("session_closed", **base, reason=data.reason)
+
+    def _xfer_event(self, seq: int, event: Event) -> None:
+        match event:
+            case TransferRequested(data=data):
+                self._op(
+                    "xfer_requested",
+                    site=event.site,
+                    seq=seq,
+                    at=event.occurred_at,
+                    id=event.aggregate_id,
+                    job_id=data.job_id,
+                    slot=data.slot,
+                    direction=data.direction,
+                    remote=data.remote.model_dump_json(),
+                    local_path=data.local_path,
+                )
+            case TransferSubmitted(data=data):
+                self._xfer(event, seq, "submitted", task_id=data.task_id)
+            case TransferFailed(data=data):
+                self._xfer(event, seq, "failed", reason=data.reason)
+            case _:
+                self._xfer(event, seq, event.type.partition(".")[2])
+
+    def _batch(self, event: Event, seq: int, state: str, **values: Any) -> None:
+        fields = {"scheduler_id": None, "exit_code": None, "reason": None} | values
+        self._op(
+            "batch_state",
+            id=event.aggregate_id,
+            site=event.site,
+            seq=seq,
+            at=event.occurred_at,
+            state=state,
+            **fields,
+        )
+
+    def _xfer(self, event: Event, seq: int, state: str, **values: Any) -> None:
+        fields = {"task_id": None, "reason": None} | values
+        self._op(
+            "xfer_state",
+            id=event.aggregate_id,
+            site=event.site,
+            seq=seq,
+            at=event.occurred_at,
+            state=state,
+            **fields,
+        )
+
+    def _require_owner(self, event: Event) -> None:
+        owner = self.known.site_owners.get(event.site)
+        if owner is None:
+            raise IllegalTransition(f"{event.type} for unregistered site {event.site!r}")
+        if event.actor != f"user:{owner}":
+            raise IllegalTransition(f"{event.type} by {event.actor}, not the site owner")
+
+    def _require_site_actor(self, event: Event) -> None:
+        if event.site not in self.known.site_owners:
+            raise IllegalTransition(f"{event.type} for unregistered site {event.site!r}")
+        if event.actor != f"site:{event.site}":
+            raise IllegalTransition(f"{event.type} must come from site:{event.site}")
+
+    def _op(self, statement: str, **params: Any) -> None:
+        self.changes.ops.append(Op(statement, params))
+
+
+def _record_outcome(progress: JobProgress, event: Event) -> None:
+    match event:
+        case JobRunDone(data=data):
+            progress.return_code = data.return_code
+        case JobRunErrored(data=data) | JobRunTimedOut(data=data):
+            progress.return_code = data.return_code
+            progress.last_error = data.stderr_tail or "; ".join(data.cause) or None
+        case JobFailed(data=data):
+            progress.last_error = "; ".join((data.reason, *data.cause))
+        case _:
+            pass

@@ -1,0 +1,194 @@
+"""``lode projector rebuild``: replay the log from sequence 1 into fresh tables, then swap.
+
+1. Create schema ``rm_rebuild`` with exactly the live tables (same metadata,
+   schema translated), so index and constraint names match the migrations.
+2. Replay EVENTS then HB from sequence 1 with an ephemeral no-ack consumer,
+   holding every job in memory so each job row is written once.
+3. Lock the live projector's position rows (the live projector waits),
+   replay what arrived meanwhile, and in the same transaction rename
+   ``rm`` away, ``rm_rebuild`` to ``rm`` and drop the old schema.
+
+Readers see the old tables until the commit and the new ones after it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from psycopg import AsyncConnection, sql
+from sqlalchemy import create_engine
+
+from infra.postgres.tables import READ_MODEL_TABLES, READ_SCHEMA, REBUILD_SCHEMA, metadata
+from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from services.projector.consumer import raw_from_msg
+from services.projector.errors import RebuildError
+from services.projector.messages import RawMessage, decode_message
+from services.projector.projection import Changes, Known, Projection
+from services.projector.store import ProjectionStore
+
+log = logging.getLogger(__name__)
+STREAMS = (EVENTS_STREAM, HB_STREAM)
+
+
+@dataclass(frozen=True, slots=True)
+class RebuildReport:
+    events: int
+    jobs: int
+    quarantined: int
+    seconds: float
+    positions: dict[str, int]
+
+    @property
+    def events_per_second(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else 0.0
+
+
+def sqlalchemy_url(dsn: str) -> str:
+    return dsn.replace("postgresql://", "postgresql+psycopg://", 1)
+
+
+def create_rebuild_schema(dsn: str) -> None:
+    engine = create_engine(sqlalchemy_url(dsn))
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {REBUILD_SCHEMA} CASCADE")
+            conn.exec_driver_sql(f"CREATE SCHEMA {REBUILD_SCHEMA}")
+            translated = conn.execution_options(schema_translate_map={READ_SCHEMA: REBUILD_SCHEMA})
+            metadata.create_all(translated, tables=list(READ_MODEL_TABLES))
+    finally:
+        engine.dispose()
+
+
+async def read_stream(
+    js: JetStreamContext, stream: str, first: int, last: int, batch: int
+) -> AsyncIterator[list[RawMessage]]:
+    """Yield batches of ``stream`` messages with ``first <= seq <= last``."""
+    if last < first:
+        return
+    sub = await js.pull_subscribe(
+        "",
+        stream=stream,
+        config=ConsumerConfig(
+            ack_policy=AckPolicy.NONE,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=first,
+            inactive_threshold=30.0,
+            max_waiting=1,
+        ),
+    )
+    try:
+        seen = first - 1
+        while seen < last:
+            try:
+                msgs = await sub.fetch(batch, timeout=2.0)
+            except NatsTimeoutError:
+                continue
+            raws = [raw_from_msg(stream, m) for m in msgs]
+            raws = [r for r in raws if r.seq <= last]
+            if raws:
+                seen = raws[-1].seq
+                yield raws
+    finally:
+        await sub.unsubscribe()
+
+
+class Rebuild:
+    def __init__(self, js: JetStreamContext, dsn: str, *, batch_size: int = 5000) -> None:
+        self._js = js
+        self._dsn = dsn
+        self._batch = batch_size
+        self._store = ProjectionStore(REBUILD_SCHEMA)
+        self._known = Known()
+        self._events = 0
+        self._quarantined = 0
+
+    async def run(self) -> RebuildReport:
+        started = time.perf_counter()
+        create_rebuild_schema(self._dsn)
+        positions = dict.fromkeys(STREAMS, 0)
+        conn = await AsyncConnection.connect(self._dsn)
+        try:
+            # Phase 1: bulk replay, every job kept in memory and written once at the end.
+            bulk = Changes()
+            for stream in STREAMS:
+                last = await self._last_seq(stream)
+                positions[stream] = await self._replay(conn, stream, 1, last, bulk, keep_jobs=True)
+            async with conn.transaction():
+                await self._store.write_jobs(conn, Changes(new_jobs=bulk.new_jobs))
+            # Phase 2: stop the live projector at a batch boundary, catch up, swap.
+            async with conn.transaction():
+                live = ProjectionStore(READ_SCHEMA)
+                for stream in STREAMS:
+                    await live.lock_position(conn, stream)
+                for stream in STREAMS:
+                    last = await self._last_seq(stream)
+                    positions[stream] = await self._replay(
+                        conn, stream, positions[stream] + 1, last, Changes(), keep_jobs=False
+                    )
+                for stream, seq in positions.items():
+                    await conn.execute(
+                        sql.SQL(
+                            "INSERT INTO {s}.projector_position (stream, seq, updated_at) "
+                            "VALUES (%s, %s, now()) ON CONFLICT (stream) DO UPDATE "
+                            "SET seq = EXCLUDED.seq, updated_at = now()"
+                        ).format(s=sql.Identifier(REBUILD_SCHEMA)),
+                        (stream, seq),
+                    )
+                await conn.execute(f"ALTER SCHEMA {READ_SCHEMA} RENAME TO rm_retired")
+                await conn.execute(f"ALTER SCHEMA {REBUILD_SCHEMA} RENAME TO {READ_SCHEMA}")
+                await conn.execute("DROP SCHEMA rm_retired CASCADE")
+        except Exception as exc:
+            raise RebuildError(f"rebuild failed, live tables untouched: {exc}") from exc
+        finally:
+            await conn.close()
+        return RebuildReport(
+            events=self._events,
+            jobs=len(self._known.jobs),
+            quarantined=self._quarantined,
+            seconds=time.perf_counter() - started,
+            positions=positions,
+        )
+
+    async def _last_seq(self, stream: str) -> int:
+        info = await self._js.stream_info(stream)
+        return int(info.state.last_seq)
+
+    async def _replay(
+        self,
+        conn: AsyncConnection[Any],
+        stream: str,
+        first: int,
+        last: int,
+        changes: Changes,
+        *,
+        keep_jobs: bool,
+    ) -> int:
+        """Fold ``first..last`` of ``stream``; return the last sequence folded."""
+        position = first - 1
+        projection = Projection(self._known, changes)
+        async for raws in read_stream(self._js, stream, first, last, self._batch):
+            for raw in raws:
+                projection.fold(raw, decode_message(raw))
+            position = raws[-1].seq
+            self._events += len(raws)
+            self._quarantined += len(changes.quarantine)
+            # Flush what does not need the final job rows; keep jobs for one write at the end.
+            flush = Changes(
+                job_events=changes.job_events, ops=changes.ops, quarantine=changes.quarantine
+            )
+            if not keep_jobs:
+                flush.new_jobs, flush.updated_jobs = changes.new_jobs, changes.updated_jobs
+            async with conn.transaction():
+                await self._store.write(conn, flush)
+            changes.job_events, changes.ops, changes.quarantine = [], [], []
+            if not keep_jobs:
+                changes.new_jobs, changes.updated_jobs = {}, {}
+        log.info("rebuild: %s replayed up to %d", stream, position)
+        return position

@@ -1,0 +1,213 @@
+"""Postgres side of the projector: load what a batch folds onto, write what it changed.
+
+Everything for one batch — rows, quarantine and the stream position — is
+written in the caller's transaction. The hot path (jobs and job_events) uses
+COPY; the low-volume aggregates use one statement per event, in log order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Sequence
+from typing import Any, Final, LiteralString
+
+from psycopg import AsyncConnection, sql
+
+from services.projector.projection import Changes, Known, Op
+from services.projector.rows import (
+    JOB_COLUMNS,
+    JOB_EVENT_COLUMNS,
+    PROGRESS_COLUMNS,
+    JobProgress,
+)
+
+_OPS: Final[dict[str, LiteralString]] = {
+    "site_registered": """
+        INSERT INTO {s}.sites (name, id, owner, description, public_key, created_at, last_seq)
+        VALUES (%(site)s, %(id)s, %(owner)s, %(description)s, %(public_key)s, %(at)s, %(seq)s)
+        ON CONFLICT (name) DO UPDATE SET id = EXCLUDED.id, owner = EXCLUDED.owner,
+            description = EXCLUDED.description, public_key = EXCLUDED.public_key,
+            created_at = EXCLUDED.created_at, removed_at = NULL, last_seq = EXCLUDED.last_seq""",
+    "site_key_bound": """
+        UPDATE {s}.sites SET public_key = %(public_key)s, last_seq = %(seq)s
+        WHERE name = %(site)s""",
+    "site_removed": """
+        UPDATE {s}.sites SET removed_at = %(at)s, public_key = NULL, last_seq = %(seq)s
+        WHERE name = %(site)s""",
+    "app_upserted": """
+        INSERT INTO {s}.apps (site, name, description, parameters, transfers, python,
+                              updated_at, last_seq)
+        VALUES (%(site)s, %(name)s, %(description)s, %(parameters)s, %(transfers)s, %(python)s,
+                %(at)s, %(seq)s)
+        ON CONFLICT (site, name) DO UPDATE SET description = EXCLUDED.description,
+            parameters = EXCLUDED.parameters, transfers = EXCLUDED.transfers,
+            python = EXCLUDED.python, updated_at = EXCLUDED.updated_at,
+            last_seq = EXCLUDED.last_seq""",
+    "app_removed": "DELETE FROM {s}.apps WHERE site = %(site)s AND name = %(name)s",
+    "batch_requested": """
+        INSERT INTO {s}.batch_jobs (id, site, state, num_nodes, wall_time_min, queue, project,
+                                    job_mode, filter_tags, created_at, updated_at, last_seq)
+        VALUES (%(id)s, %(site)s, 'requested', %(num_nodes)s, %(wall_time_min)s, %(queue)s,
+                %(project)s, %(job_mode)s, %(filter_tags)s, %(at)s, %(at)s, %(seq)s)
+        ON CONFLICT (id) DO NOTHING""",
+    "batch_state": """
+        UPDATE {s}.batch_jobs SET state = %(state)s,
+            scheduler_id = COALESCE(%(scheduler_id)s, scheduler_id),
+            exit_code = COALESCE(%(exit_code)s, exit_code), reason = COALESCE(%(reason)s, reason),
+            updated_at = %(at)s, last_seq = %(seq)s
+        WHERE id = %(id)s AND site = %(site)s""",
+    "session_opened": """
+        INSERT INTO {s}.sessions (id, site, batch_job_id, hostname, mode, nodes, deadline,
+                                  heartbeat_ttl_s, state, opened_at, last_seq)
+        VALUES (%(id)s, %(site)s, %(batch_job_id)s, %(hostname)s, %(mode)s, %(nodes)s,
+                %(deadline)s, %(heartbeat_ttl_s)s, 'open', %(at)s, %(seq)s)
+        ON CONFLICT (id) DO NOTHING""",
+    "session_closed": """
+        UPDATE {s}.sessions SET state = 'closed', closed_at = %(at)s, close_reason = %(reason)s,
+            last_seq = %(seq)s
+        WHERE id = %(id)s AND site = %(site)s""",
+    "heartbeat": """
+        UPDATE {s}.sessions SET last_heartbeat = %(at)s, heartbeat = %(heartbeat)s
+        WHERE id = %(id)s AND site = %(site)s""",
+    "session_expired": """
+        UPDATE {s}.sessions SET state = 'expired'
+        WHERE id = %(id)s AND site = %(site)s AND state = 'open'""",
+    "xfer_requested": """
+        INSERT INTO {s}.transfer_items (id, site, job_id, slot, direction, remote, local_path,
+                                        state, updated_at, last_seq)
+        VALUES (%(id)s, %(site)s, %(job_id)s, %(slot)s, %(direction)s, %(remote)s,
+                %(local_path)s, 'pending', %(at)s, %(seq)s)
+        ON CONFLICT (id) DO NOTHING""",
+    "xfer_state": """
+        UPDATE {s}.transfer_items SET state = %(state)s, task_id = COALESCE(%(task_id)s, task_id),
+            reason = COALESCE(%(reason)s, reason), updated_at = %(at)s, last_seq = %(seq)s
+        WHERE id = %(id)s AND site = %(site)s""",
+}
+
+
+def _q(template: LiteralString, schema: str) -> sql.Composed:
+    return sql.SQL(template).format(s=sql.Identifier(schema))
+
+
+def _columns(names: Sequence[str]) -> sql.Composed:
+    return sql.SQL(", ").join(sql.Identifier(n) for n in names)
+
+
+class ProjectionStore:
+    """Reads and writes the read models in one schema (``rm`` live, ``rm_rebuild`` for rebuilds)."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+
+    async def lock_position(self, conn: AsyncConnection[Any], stream: str) -> int:
+        """Lock and return the applied sequence of ``stream``; serialises projector writers."""
+        await conn.execute(
+            _q(
+                "INSERT INTO {s}.projector_position (stream, seq, updated_at) "
+                "VALUES (%s, 0, now()) ON CONFLICT (stream) DO NOTHING",
+                self.schema,
+            ),
+            (stream,),
+        )
+        cursor = await conn.execute(
+            _q("SELECT seq FROM {s}.projector_position WHERE stream = %s FOR UPDATE", self.schema),
+            (stream,),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        return int(row[0])
+
+    async def position(self, conn: AsyncConnection[Any], stream: str) -> int:
+        cursor = await conn.execute(
+            _q("SELECT seq FROM {s}.projector_position WHERE stream = %s", self.schema), (stream,)
+        )
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def load_known(self, conn: AsyncConnection[Any], job_ids: Iterable[uuid.UUID]) -> Known:
+        known = Known()
+        ids = list(job_ids)
+        if ids:
+            select = sql.SQL("SELECT id, site, {cols} FROM {s}.jobs WHERE id = ANY(%s)").format(
+                cols=_columns(PROGRESS_COLUMNS[1:]), s=sql.Identifier(self.schema)
+            )
+            cursor = await conn.execute(select, (ids,))
+            for row in await cursor.fetchall():
+                progress = JobProgress.from_row(row)
+                known.jobs[progress.view.id] = progress
+        cursor = await conn.execute(
+            _q("SELECT name, owner FROM {s}.sites WHERE removed_at IS NULL", self.schema)
+        )
+        known.site_owners = dict(await cursor.fetchall())
+        return known
+
+    async def write(self, conn: AsyncConnection[Any], changes: Changes) -> None:
+        await self.write_jobs(conn, changes)
+        for op in changes.ops:
+            await self._execute(conn, op)
+        if changes.quarantine:
+            async with conn.cursor() as cursor:
+                await cursor.executemany(
+                    _q(
+                        "INSERT INTO {s}.quarantine (stream, seq, subject, reason, raw, "
+                        "quarantined_at) VALUES (%s, %s, %s, %s, %s, now()) "
+                        "ON CONFLICT DO NOTHING",
+                        self.schema,
+                    ),
+                    [(q.stream, q.seq, q.subject, q.reason, q.raw) for q in changes.quarantine],
+                )
+        for stream, seq in changes.last_seq.items():
+            await conn.execute(
+                _q(
+                    "UPDATE {s}.projector_position SET seq = GREATEST(seq, %s), updated_at = now() "
+                    "WHERE stream = %s",
+                    self.schema,
+                ),
+                (seq, stream),
+            )
+
+    async def write_jobs(self, conn: AsyncConnection[Any], changes: Changes) -> None:
+        cursor = conn.cursor()
+        if changes.new_jobs:
+            await self._copy(
+                cursor, "jobs", JOB_COLUMNS, (r.to_copy() for r in changes.new_jobs.values())
+            )
+        if changes.updated_jobs:
+            await conn.execute(
+                "CREATE TEMP TABLE IF NOT EXISTS job_progress "
+                "(id uuid, state text, lease_seq bigint, lease_session uuid, attempts int, "
+                "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
+                "stage_times jsonb) ON COMMIT DELETE ROWS"
+            )
+            copy = sql.SQL("COPY job_progress ({cols}) FROM STDIN").format(
+                cols=_columns(PROGRESS_COLUMNS)
+            )
+            async with cursor.copy(copy) as out:
+                for progress in changes.updated_jobs.values():
+                    await out.write_row(progress.to_copy())
+            assignments = sql.SQL(", ").join(
+                sql.SQL("{c} = p.{c}").format(c=sql.Identifier(c)) for c in PROGRESS_COLUMNS[1:]
+            )
+            await conn.execute(
+                sql.SQL("UPDATE {s}.jobs j SET {a} FROM job_progress p WHERE j.id = p.id").format(
+                    s=sql.Identifier(self.schema), a=assignments
+                )
+            )
+        if changes.job_events:
+            await self._copy(
+                cursor, "job_events", JOB_EVENT_COLUMNS, (e.to_copy() for e in changes.job_events)
+            )
+        await cursor.close()
+
+    async def _copy(
+        self, cursor: Any, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]
+    ) -> None:
+        copy = sql.SQL("COPY {s}.{t} ({cols}) FROM STDIN").format(
+            s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=_columns(columns)
+        )
+        async with cursor.copy(copy) as out:
+            for row in rows:
+                await out.write_row(row)
+
+    async def _execute(self, conn: AsyncConnection[Any], op: Op) -> None:
+        await conn.execute(_q(_OPS[op.statement], self.schema), op.params)
