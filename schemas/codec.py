@@ -31,6 +31,7 @@ CURRENT_VERSION: Final[dict[str, int]] = {
     name: int(cls.model_fields["v"].default) for name, cls in EVENT_CLASSES.items()
 }
 
+
 class DecodeError(ValueError):
     """Bytes that are not a valid event of a known type and version."""
 
@@ -85,7 +86,5 @@ def decode_document(document: Any) -> Event:
 
 
 def _summarise(exc: ValidationError) -> str:
-    problems = [
-        f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()[:5]
-    ]
+    problems = [f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()[:5]]
     return "invalid event: " + "; ".join(problems)

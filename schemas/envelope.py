@@ -18,7 +18,8 @@ from schemas.subjects import SiteSlug, aggregate_filter, event_subject
 
 ACTOR_PATTERN: Final = r"^(api|user|controller|site|launcher|system):[A-Za-z0-9._@:-]{1,120}$"
 Actor = Annotated[str, StringConstraints(pattern=ACTOR_PATTERN)]
-"""Who appended an event: ``user:<id>``, ``controller:<name>``, ``site:<site>``, ``launcher:<session>``."""
+"""Who appended an event: ``user:<name>``, ``controller:<name>``, ``site:<site>``,
+``launcher:<session>``."""
 
 
 class EventData(BaseModel):
@@ -41,7 +42,9 @@ class Event(BaseModel):
     actor: Actor
     causation_id: uuid.UUID | None = None
     correlation_id: uuid.UUID | None = None
-    data: EventData
+    # Each event type narrows this to its payload: an EventData subclass, or a resource
+    # model sent as-is (JobSpec, App), which is why the base is BaseModel and not EventData.
+    data: BaseModel
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -56,7 +59,7 @@ class Event(BaseModel):
         site: str,
         aggregate_id: uuid.UUID,
         actor: str,
-        data: EventData | None = None,
+        data: BaseModel | None = None,
         event_id: uuid.UUID | None = None,
         causation_id: uuid.UUID | None = None,
         correlation_id: uuid.UUID | None = None,

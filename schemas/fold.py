@@ -31,7 +31,8 @@ class JobView:
     lease_seq: int | None = None
     lease_session: uuid.UUID | None = None
     attempts: int = 0
-    stage_times: dict[str, datetime] = field(default_factory=dict)
+    stage_times: dict[str, datetime] = field(default_factory=dict)  # when each state was entered
+    updated_at: datetime | None = None  # producer time of the last event
 
 
 def apply(view: JobView | None, event: Event, seq: int) -> JobView:
@@ -52,6 +53,7 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
             state=JobState.CREATED,
             last_seq=seq,
             stage_times={JobState.CREATED.value: event.occurred_at},
+            updated_at=event.occurred_at,
         )
     if event.aggregate_id != view.id or event.site != view.site:
         raise IllegalTransition(
@@ -73,8 +75,9 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
 
     state = _step(transition, state, lease_seq is not None)
     lease_seq, lease_session = _lease_after(transition, event, seq, lease_seq, lease_session)
-    times = dict(view.stage_times)
-    times[state.value] = event.occurred_at
+    times = view.stage_times
+    if state != view.state:  # lease events keep the state and must not move its entry time
+        times = {**times, state.value: event.occurred_at}
     attempts = view.attempts + 1 if isinstance(event, JobStarted) else view.attempts
     return replace(
         view,
@@ -84,6 +87,7 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
         lease_session=lease_session,
         attempts=attempts,
         stage_times=times,
+        updated_at=event.occurred_at,
     )
 
 
@@ -130,15 +134,23 @@ def _lease_after(
     match transition.lease:
         case "acquire":
             return seq, _session_of(event)
-        case "release" | "end":
+        case "release":
+            _check_holder(event, lease_session)
+            return None, None
+        case "end":
             return None, None
         case "require":
-            # Only the holder may act on its lease; anyone else's event is a forgery or a zombie.
-            session = _session_of(event)
-            if session is not None and lease_session is not None and session != lease_session:
-                raise IllegalTransition(
-                    f"{event.type} by session {session} but the lease is held by {lease_session}"
-                )
+            _check_holder(event, lease_session)
             return lease_seq, lease_session
         case _:
             return lease_seq, lease_session
+
+
+def _check_holder(event: Event, lease_session: uuid.UUID | None) -> None:
+    # Only the holder may act on (or release) its lease; anyone else's event is a forgery
+    # or a zombie. An expiry names the session whose lease it ends, so it is checked too.
+    session = _session_of(event)
+    if session is not None and lease_session is not None and session != lease_session:
+        raise IllegalTransition(
+            f"{event.type} by session {session} but the lease is held by {lease_session}"
+        )

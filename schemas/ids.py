@@ -46,4 +46,5 @@ def uuid7() -> uuid.UUID:
 
 def derived_id(*parts: str) -> uuid.UUID:
     """A stable id for a fact that is defined by its cause, so a retry mints the same id."""
-    return uuid.uuid5(LODESTREAM_NAMESPACE, "/".join(parts))
+    # Length-prefixed so ("a/b", "c") and ("a", "b/c") can never collide.
+    return uuid.uuid5(LODESTREAM_NAMESPACE, "".join(f"{len(p)}:{p}" for p in parts))

@@ -7,7 +7,6 @@ launch commands written for Balsam translate one to one.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
 from enum import StrEnum
 from pathlib import PurePosixPath
 from typing import Annotated, Any
@@ -144,7 +143,7 @@ class Session(Frozen):
     batch_job_id: uuid.UUID | None = None
     nodes: tuple[NodeInfo, ...] = ()
     deadline: AwareDatetime | None = None
-    last_heartbeat: datetime | None = None
+    last_heartbeat: AwareDatetime | None = None
 
 
 class TransferState(StrEnum):

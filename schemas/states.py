@@ -103,8 +103,14 @@ TRANSITIONS: Final[dict[str, Transition]] = {
 }
 
 SKIPPABLE: Final = frozenset(
-    {"job.ready", "job.staged_in", "job.preprocessed", "job.leased", "job.postprocessed",
-     "job.staged_out"}
+    {
+        "job.ready",
+        "job.staged_in",
+        "job.preprocessed",
+        "job.leased",
+        "job.postprocessed",
+        "job.staged_out",
+    }
 )
 """Steps that may be recorded as skipped inside a later event instead of appended on their own."""
 

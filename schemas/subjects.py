@@ -66,7 +66,8 @@ class EventSubject:
 
 def parse_event_subject(subject: str) -> EventSubject:
     parts = subject.split(".")
-    if len(parts) != 5 or parts[0] != "evt":
+    # An empty or wildcard token means a filter or a malformed subject, never one event.
+    if len(parts) != 5 or parts[0] != "evt" or not all(parts) or {"*", ">"} & set(parts):
         raise SubjectError(f"not an event subject: {subject!r}")
     _, site, kind, aggregate_id, name = parts
     if kind not in KINDS:

@@ -9,6 +9,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from schemas.envelope import Event, EventData
 from schemas.resources import NodeInfo
+from schemas.subjects import SiteSlug
 
 
 class SessionOpenedData(EventData):
@@ -44,7 +45,7 @@ class Heartbeat(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     session_id: uuid.UUID
-    site: str
+    site: SiteSlug
     at: AwareDatetime
     running: int = Field(0, ge=0)
     leased: int = Field(0, ge=0)

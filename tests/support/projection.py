@@ -1,0 +1,72 @@
+"""Helpers to drive a real projector and read the read models back."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+from nats.js import JetStreamContext
+
+from infra.postgres.tables import READ_SCHEMA
+from schemas.subjects import EVENTS_STREAM
+from services.projector.consumer import Projector
+from services.projector.store import ProjectionStore
+
+# Row order and columns that define "the same read model" for rebuild and crash tests.
+TABLE_ORDER = {
+    "jobs": "id",
+    "job_events": "seq",
+    "sites": "name",
+    "apps": "site, name",
+    "batch_jobs": "id",
+    "sessions": "id",
+    "transfer_items": "id",
+    "quarantine": "stream, seq",
+}
+
+
+async def position(dsn: str, stream: str = EVENTS_STREAM) -> int:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            f"SELECT seq FROM {READ_SCHEMA}.projector_position WHERE stream = %s", (stream,)
+        )
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+
+async def wait_for_position(dsn: str, seq: int, timeout_s: float = 60.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while await position(dsn) < seq:
+            await asyncio.sleep(0.05)
+
+
+@asynccontextmanager
+async def running_projector(js: JetStreamContext, dsn: str) -> AsyncIterator[Projector]:
+    projector = Projector(
+        js, dsn, stream=EVENTS_STREAM, durable="projector", batch_size=500,
+        fetch_timeout_s=0.2, store=ProjectionStore(READ_SCHEMA),
+    )  # fmt: skip
+    stop = asyncio.Event()
+    task = asyncio.create_task(projector.run(stop))
+    try:
+        yield projector
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def table_digest(dsn: str) -> dict[str, tuple[int, str]]:
+    """Row count and a SHA-256 over every row of every read-model table, in key order."""
+    digest: dict[str, tuple[int, str]] = {}
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        for table, order in TABLE_ORDER.items():
+            cursor = await conn.execute(
+                f"SELECT t::text FROM {READ_SCHEMA}.{table} t ORDER BY {order}"  # noqa: S608
+            )
+            rows = [r[0] for r in await cursor.fetchall()]
+            h = hashlib.sha256("\n".join(rows).encode()).hexdigest()
+            digest[table] = (len(rows), h)
+    return digest
