@@ -1,9 +1,9 @@
 """Errors of the event log.
 
-    EventLogError
-    ├── ConflictError        compare-and-set lost: the aggregate moved on (JetStream 10071)
-    ├── StreamConfigError    a stream exists with settings that cannot be updated in place
-    └── AppendError          any other refusal or timeout from JetStream
+EventLogError
+├── ConflictError        compare-and-set lost: the aggregate moved on (JetStream 10071)
+├── StreamConfigError    a stream exists with settings that cannot be updated in place
+└── AppendError          any other refusal or timeout from JetStream
 """
 
 from __future__ import annotations

@@ -1,0 +1,42 @@
+"""Shared CLI plumbing: consoles, client construction, error reporting."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from client.errors import LodeClientError
+from client.sdk import LodeClient
+
+console = Console()
+err_console = Console(stderr=True)
+
+STATE_DIR_OPTION = typer.Option(
+    Path(".lode"), "--state-dir", envvar="LODE_STATE_DIR", help="Embedded stack state directory."
+)
+
+
+@contextmanager
+def api_client(state_dir: Path = Path(".lode")) -> Iterator[LodeClient]:
+    """A client from flags/env/client files; exits with a clear message on API errors."""
+    try:
+        with LodeClient.from_config(state_dir=state_dir) as client:
+            yield client
+    except LodeClientError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(1) from exc
+
+
+def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+    """``["k=v", ...]`` → dict, with a usage error naming the bad pair."""
+    result: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"{what} must look like key=value, got {pair!r}")
+        result[key] = value
+    return result

@@ -1,0 +1,117 @@
+"""``lode site …`` and ``lode job …``: talk to the API as the configured user."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+import yaml
+from rich.table import Table
+
+from client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
+
+site_app = typer.Typer(help="Sites you own.")
+job_app = typer.Typer(help="Submit, list and inspect jobs.")
+
+
+@site_app.command("register")
+def site_register(name: str, description: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Register a site name (a lowercase slug) under your user."""
+    with api_client(state_dir) as client:
+        result = client.register_site(name, description)
+    console.print(f"site [bold]{result['name']}[/bold] registered (seq {result['seq']})")
+
+
+@site_app.command("ls")
+def site_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """List your sites."""
+    with api_client(state_dir) as client:
+        sites = client.list_sites()
+    table = Table("name", "description", "created")
+    for site in sites:
+        table.add_row(site["name"], site.get("description", ""), str(site.get("created_at", "")))
+    console.print(table)
+
+
+@job_app.command("submit")
+def job_submit(
+    site: str = typer.Option(None, help="Site to run at."),
+    app: str = typer.Option(None, help="Application name registered at the site."),
+    workdir: str = typer.Option(None, help="Working directory, relative to the site's data/."),
+    param: list[str] = typer.Option([], "--param", "-p", help="Parameter key=value."),
+    tag: list[str] = typer.Option([], "--tag", "-t", help="Tag key=value."),
+    num_nodes: int = typer.Option(1, min=1),
+    ranks_per_node: int = typer.Option(1, min=1),
+    wall_time_min: int = typer.Option(0, min=0),
+    file: Path | None = typer.Option(None, "--file", "-f", help="JSON/YAML list of jobs."),
+    idempotency_key: str | None = typer.Option(None, help="Make a retried submission a no-op."),
+    wait: bool = typer.Option(False, help="Return once the jobs are visible in queries."),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Submit one job from options, or a batch from --file."""
+    if file is not None:
+        loaded = yaml.safe_load(file.read_text())
+        jobs: list[dict[str, Any]] = loaded if isinstance(loaded, list) else loaded["jobs"]
+    else:
+        if not (site and app and workdir):
+            raise typer.BadParameter("give --site, --app and --workdir, or --file")
+        jobs = [{
+            "site": site, "app": app, "workdir": workdir,
+            "parameters": parse_pairs(param, "--param"), "tags": parse_pairs(tag, "--tag"),
+            "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
+            "wall_time_min": wall_time_min,
+        }]  # fmt: skip
+    with api_client(state_dir) as client:
+        result = client.submit_jobs(jobs, idempotency_key=idempotency_key, wait=wait)
+    for job in result["jobs"]:
+        console.print(
+            f"{job['id']}  seq {job['seq']}" + ("  (duplicate)" if job["duplicate"] else "")
+        )
+
+
+@job_app.command("ls")
+def job_ls(
+    site: str | None = None,
+    app: str | None = None,
+    state: list[str] = typer.Option([], help="Filter by state (repeatable)."),
+    tag: list[str] = typer.Option([], help="Filter by tag key:value (repeatable)."),
+    limit: int = typer.Option(50, min=1),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """List your jobs, newest first."""
+    filters: dict[str, Any] = {k: v for k, v in {"site": site, "app": app}.items() if v}
+    if state:
+        filters["state"] = state
+    if tag:
+        filters["tag"] = tag
+    table = Table("id", "site", "app", "state", "workdir", "updated")
+    with api_client(state_dir) as client:
+        for n, job in enumerate(client.list_jobs(page_size=min(limit, 500), **filters)):
+            if n >= limit:
+                break
+            if as_json:
+                console.print_json(json.dumps(job))
+            else:
+                table.add_row(job["id"], job["site"], job["app"], job["state"], job["workdir"],
+                              str(job["updated_at"]))  # fmt: skip
+    if not as_json:
+        console.print(table)
+
+
+@job_app.command("show")
+def job_show(job_id: str, state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Show one job and its full event history."""
+    with api_client(state_dir) as client:
+        job = client.get_job(job_id)
+        events = client.job_events(job_id)
+    console.print_json(json.dumps(job))
+    table = Table("seq", "type", "from", "to", "actor", "at")
+    for event in events:
+        table.add_row(
+            str(event["seq"]), event["type"], event.get("from_state") or "",
+            event.get("to_state") or "", event["actor"], str(event["occurred_at"]),
+        )  # fmt: skip
+    console.print(table)

@@ -1,0 +1,24 @@
+"""The ``lode`` command."""
+
+from __future__ import annotations
+
+import typer
+
+from client.cli import jobs, services, stack
+
+app = typer.Typer(
+    name="lode",
+    help="lodestream: send analysis jobs to your HPC sites and watch them run.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+app.command("up")(stack.up)
+app.command("api")(services.api)
+app.command("migrate")(services.migrate)
+app.add_typer(services.projector_app, name="projector")
+app.add_typer(services.user_app, name="user")
+app.add_typer(jobs.site_app, name="site")
+app.add_typer(jobs.job_app, name="job")
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,76 @@
+"""``lode api``, ``lode projector run|rebuild``, ``lode migrate``, ``lode user create``."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+
+import typer
+
+from client.cli.common import STATE_DIR_OPTION, console, err_console
+from lodestream.embedded.state import apply_stack_environment
+from lodestream.settings import Settings
+
+projector_app = typer.Typer(help="The projector: folds the log into the Postgres read models.")
+user_app = typer.Typer(help="API users and tokens.")
+
+
+def _settings(state_dir: Path) -> Settings:
+    apply_stack_environment(state_dir)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    return Settings()
+
+
+def api(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Serve the HTTP API (settings from LODE_* / NATS_URL / DATABASE_URL)."""
+    _settings(state_dir)
+    from services.api.__main__ import main  # noqa: PLC0415 - import FastAPI only when serving
+
+    main()
+
+
+def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Apply the Postgres migrations to DATABASE_URL."""
+    from infra.postgres.migrate import upgrade  # noqa: PLC0415
+
+    settings = _settings(state_dir)
+    upgrade(settings.database_url)
+    console.print("migrations applied")
+
+
+@projector_app.command("run")
+def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Run the live projector until SIGINT/SIGTERM."""
+    from services.projector.main import run  # noqa: PLC0415
+
+    asyncio.run(run(_settings(state_dir)))
+
+
+@projector_app.command("rebuild")
+def projector_rebuild(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Replay the log from sequence 1 into fresh tables and swap them in atomically."""
+    from services.projector.main import rebuild  # noqa: PLC0415
+
+    report = asyncio.run(rebuild(_settings(state_dir)))
+    console.print(
+        f"rebuilt {report.events:,} events ({report.jobs:,} jobs, {report.quarantined} "
+        f"quarantined) in {report.seconds:.1f}s — {report.events_per_second:,.0f} events/s"
+    )
+
+
+@user_app.command("create")
+def user_create(
+    name: str = typer.Argument(..., help="User name (letters, digits, . _ -)."),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Create a user (or a new token for an existing one) and print the API token once."""
+    from services.api.users import create_user  # noqa: PLC0415
+
+    settings = _settings(state_dir)
+    try:
+        token = create_user(settings.database_url, name)
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(token)

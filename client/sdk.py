@@ -1,0 +1,156 @@
+"""Python SDK for the lodestream API.
+
+Every call maps to one HTTP request; errors come back as :class:`ApiError`
+with the API's status, code and message. Example::
+
+    with LodeClient.from_config() as lode:
+        lode.register_site("theta-like")
+        ids = lode.submit_jobs([{"site": "theta-like", "app": "eigh", "workdir": "run/1"}])
+        for job in lode.list_jobs(state=["JOB_FINISHED"]):
+            print(job["id"])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from client.config import ClientConfig, resolve
+from client.errors import ApiError, Unreachable
+
+Json = dict[str, Any]
+
+
+class LodeClient:
+    """A synchronous client bound to one API URL and token."""
+
+    def __init__(self, config: ClientConfig, *, timeout_s: float = 60.0) -> None:
+        self.config = config
+        self._http = httpx.Client(
+            base_url=config.api_url,
+            headers={"Authorization": f"Bearer {config.token}"},
+            timeout=timeout_s,
+        )
+
+    @classmethod
+    def from_config(
+        cls, api_url: str | None = None, token: str | None = None, state_dir: Path | None = None
+    ) -> Self:
+        """Build a client from arguments, environment or the client files (see client.config)."""
+        return cls(resolve(api_url, token, state_dir))
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the underlying HTTP connections."""
+        self._http.close()
+
+    # --- sites and apps -------------------------------------------------------------------
+
+    def register_site(self, name: str, description: str = "", *, wait: bool = True) -> Json:
+        """Register a site you own; ``name`` is a lowercase slug. 409 if the name is taken."""
+        return self._request(
+            "POST", "/sites", json={"name": name, "description": description},
+            params={"wait": wait},
+        )  # fmt: skip
+
+    def list_sites(self) -> list[Json]:
+        """Your sites."""
+        return list(self._request("GET", "/sites")["items"])
+
+    def list_apps(self, site: str | None = None) -> list[Json]:
+        """Applications registered by your sites (optionally one site)."""
+        params = {"site": site} if site else {}
+        return list(self._request("GET", "/apps", params=params)["items"])
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def submit_jobs(
+        self,
+        jobs: Sequence[Mapping[str, Any]],
+        *,
+        idempotency_key: str | None = None,
+        wait: bool = False,
+    ) -> Json:
+        """Submit up to 5,000 jobs in one request; returns ids and stream sequences.
+
+        With ``idempotency_key`` a retried call returns the same ids and appends
+        nothing; with ``wait`` it returns once the jobs are visible in queries.
+        """
+        body: Json = {"jobs": list(jobs)}
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self._request("POST", "/jobs", json=body, params={"wait": wait})
+
+    def list_jobs(self, *, page_size: int = 500, **filters: Any) -> Iterator[Json]:
+        """Iterate over your jobs matching ``filters`` (site, app, state, tag, parent_id, …)."""
+        offset: int | None = 0
+        while offset is not None:
+            page = self._request(
+                "GET", "/jobs", params={**filters, "limit": page_size, "offset": offset}
+            )
+            yield from page["items"]
+            offset = page.get("next_offset")
+
+    def get_job(self, job_id: str) -> Json:
+        """One job with its current state, resources and per-stage timestamps."""
+        return self._request("GET", f"/jobs/{job_id}")
+
+    def job_events(self, job_id: str) -> list[Json]:
+        """The full event history of one job, oldest first."""
+        return list(self._request("GET", f"/jobs/{job_id}/events")["items"])
+
+    def events_after(self, after_seq: int = 0, limit: int = 1000) -> list[Json]:
+        """Job events of your sites after stream sequence ``after_seq`` (a polling feed)."""
+        params = {"after_seq": after_seq, "limit": limit}
+        return list(self._request("GET", "/events", params=params)["items"])
+
+    def ready(self) -> Json:
+        """The API's readiness report (NATS, Postgres, projector lag)."""
+        return self._request("GET", "/readyz", ok=(200, 503))
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        ok: tuple[int, ...] = (200, 201, 202),
+    ) -> Json:
+        try:
+            response = self._http.request(method, path, json=json, params=params)
+        except httpx.TransportError as exc:
+            raise Unreachable(self.config.api_url, str(exc) or type(exc).__name__) from exc
+        if response.status_code not in ok:
+            raise _api_error(response)
+        body: Json = response.json()
+        return body
+
+
+def _api_error(response: httpx.Response) -> ApiError:
+    try:
+        error = response.json().get("error", {})
+    except ValueError:
+        error = {}
+    return ApiError(
+        response.status_code,
+        str(error.get("code", "error")),
+        str(error.get("message", response.text[:500])),
+        error.get("details"),
+    )

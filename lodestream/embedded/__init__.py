@@ -1,0 +1,5 @@
+"""The embedded single-machine stack behind ``lode up``."""
+
+from lodestream.embedded.stack import EmbeddedStack, StackInfo, StackPorts
+
+__all__ = ["EmbeddedStack", "StackInfo", "StackPorts"]
