@@ -64,7 +64,7 @@ async def table_digest(dsn: str) -> dict[str, tuple[int, str]]:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         for table, order in TABLE_ORDER.items():
             cursor = await conn.execute(
-                f"SELECT t::text FROM {READ_SCHEMA}.{table} t ORDER BY {order}"  # noqa: S608
+                f"SELECT t::text FROM {READ_SCHEMA}.{table} t ORDER BY {order}"
             )
             rows = [r[0] for r in await cursor.fetchall()]
             h = hashlib.sha256("\n".join(rows).encode()).hexdigest()

@@ -1,0 +1,48 @@
+"""Services as real child processes, for fault-injection tests that SIGKILL them."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from lodestream.settings import NatsSettings
+
+
+def service_env(nats: NatsSettings, database_url: str) -> dict[str, str]:
+    env = {
+        **os.environ,
+        "LODE_NATS_URL": nats.url,
+        "LODE_DATABASE_URL": database_url,
+        "LODE_PROJECTOR__BATCH_SIZE": "500",
+    }
+    if nats.user:
+        env["LODE_NATS__USER"] = nats.user
+    if nats.password:
+        env["LODE_NATS__PASSWORD"] = nats.password.get_secret_value()
+    return env
+
+
+@contextmanager
+def service_process(
+    module: str, env: dict[str, str], log_path: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """Run ``python -m module``; SIGTERM it on exit unless the test already killed it."""
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        try:
+            yield proc
+        finally:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
