@@ -53,7 +53,8 @@ class JobProgress:
 
     @property
     def updated_at(self) -> datetime:
-        return max(self.view.stage_times.values())
+        assert self.view.updated_at is not None
+        return self.view.updated_at
 
     def stage_times_json(self) -> str:
         return jsonb({k: v.isoformat() for k, v in sorted(self.view.stage_times.items())})
@@ -69,7 +70,7 @@ class JobProgress:
     def from_row(cls, row: tuple[Any, ...]) -> JobProgress:
         """From ``SELECT id, site, <PROGRESS_COLUMNS[1:]>``."""
         (job_id, site, state, lease_seq, lease_session, attempts, return_code, last_error,
-         last_seq, _updated_at, stage_times) = row  # fmt: skip
+         last_seq, updated_at, stage_times) = row  # fmt: skip
         view = JobView(
             id=job_id,
             site=site,
@@ -79,6 +80,7 @@ class JobProgress:
             lease_session=lease_session,
             attempts=attempts,
             stage_times={k: datetime.fromisoformat(v) for k, v in stage_times.items()},
+            updated_at=updated_at,
         )
         return cls(view=view, return_code=return_code, last_error=last_error)
 
