@@ -1,15 +1,23 @@
 """The live projector loop: fetch a batch, fold it, commit rows + position, then ack.
 
 The consumer uses AckAll: one ack after the commit covers the whole batch.
-If the process dies between commit and ack, the batch is redelivered and
-every message at or below the committed position is skipped — applied
-exactly once. A Postgres error keeps the batch in memory and retries it
-after reconnecting; NATS outages are ridden out by the client's reconnects.
+The committed position in Postgres, not the consumer's ack floor, says what
+has been applied: at start, and whenever a batch does not begin right after
+the position, the consumer is re-created to deliver from ``position + 1``.
+(Without that, a batch left unacked by a crash would wait for ``ack_wait``
+while the next batch is delivered — and AckAll on the next batch would ack
+the gap away.) Messages at or below the position are skipped, so every
+event is applied exactly once. A Postgres error keeps the batch in memory and
+retries it; NATS outages are ridden out by the client's reconnects.
+
+HB is different: per-subject limits and TTLs delete heartbeats, so its
+sequences have natural gaps and only order, not contiguity, is checked.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -39,20 +47,33 @@ def raw_from_msg(stream: str, msg: Any) -> RawMessage:
     )
 
 
-async def ensure_consumer(js: JetStreamContext, stream: str, durable: str, batch: int) -> None:
-    config = ConsumerConfig(
-        durable_name=durable,
-        ack_policy=AckPolicy.ALL,
-        deliver_policy=DeliverPolicy.ALL,
-        ack_wait=60.0,
-        max_ack_pending=batch * 4,
-        max_waiting=16,
-        description="lodestream projector: folds the log into the Postgres read models",
+class Gap(Exception):
+    """A batch does not start right after the applied position."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"batch does not follow position {position}")
+        self.position = position
+
+
+async def position_consumer(
+    js: JetStreamContext, stream: str, durable: str, batch: int, start_seq: int
+) -> None:
+    """(Re)create the durable so that it delivers from ``start_seq``."""
+    with contextlib.suppress(NotFoundError):
+        await js.delete_consumer(stream, durable)
+    await js.add_consumer(
+        stream,
+        ConsumerConfig(
+            durable_name=durable,
+            ack_policy=AckPolicy.ALL,
+            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+            opt_start_seq=max(start_seq, 1),
+            ack_wait=60.0,
+            max_ack_pending=batch * 4,
+            max_waiting=16,
+            description="lodestream projector: folds the log into the Postgres read models",
+        ),
     )
-    try:
-        await js.consumer_info(stream, durable)
-    except NotFoundError:
-        await js.add_consumer(stream, config)
 
 
 class Projector:
@@ -68,6 +89,7 @@ class Projector:
         batch_size: int,
         fetch_timeout_s: float,
         store: ProjectionStore,
+        contiguous: bool = True,
     ) -> None:
         self._js = js
         self._dsn = dsn
@@ -76,12 +98,12 @@ class Projector:
         self._batch_size = batch_size
         self._fetch_timeout_s = fetch_timeout_s
         self._store = store
+        self._contiguous = contiguous
         self._conn: AsyncConnection[Any] | None = None
         self.applied = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        await ensure_consumer(self._js, self._stream, self._durable, self._batch_size)
-        sub = await self._js.pull_subscribe_bind(self._durable, stream=self._stream)
+        sub = await self._subscribe_from(await self._applied_position())
         try:
             while not stop.is_set():
                 try:
@@ -92,13 +114,39 @@ class Projector:
                     log.warning("projector %s: fetch failed (%s); retrying", self._stream, exc)
                     await asyncio.sleep(0.5)
                     continue
+                if not msgs:  # nats-py can return an empty batch after a status message
+                    continue
                 raws = [raw_from_msg(self._stream, m) for m in msgs]
-                if await self.apply(raws, stop):
+                try:
+                    applied = await self.apply(raws, stop)
+                except Gap as gap:
+                    log.info("projector %s: %s; re-positioning", self._stream, gap)
+                    await sub.unsubscribe()
+                    sub = await self._subscribe_from(gap.position)
+                    continue
+                if applied:
                     await msgs[-1].ack()
         finally:
             await sub.unsubscribe()
             if self._conn is not None:
                 await self._conn.close()
+
+    async def _applied_position(self) -> int:
+        while True:
+            try:
+                conn = await self._connection()
+                async with conn.transaction():
+                    return await self._store.lock_position(conn, self._stream)
+            except psycopg.OperationalError as exc:
+                log.warning("projector %s: postgres unavailable (%s)", self._stream, exc)
+                self._conn = None
+                await asyncio.sleep(1.0)
+
+    async def _subscribe_from(self, position: int) -> Any:
+        await position_consumer(
+            self._js, self._stream, self._durable, self._batch_size, position + 1
+        )
+        return await self._js.pull_subscribe_bind(self._durable, stream=self._stream)
 
     async def apply(self, raws: list[RawMessage], stop: asyncio.Event | None = None) -> bool:
         """Apply one batch, retrying the same batch until Postgres takes it.
@@ -141,6 +189,8 @@ class Projector:
             pending = [(r, d) for r, d in zip(raws, decoded, strict=True) if r.seq > position]
             if not pending:
                 return
+            if self._contiguous and pending[0][0].seq != position + 1:
+                raise Gap(position)
             known = await self._store.load_known(
                 conn, job_ids_to_load(d for _, d in pending if not isinstance(d, QuarantineRow))
             )

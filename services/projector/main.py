@@ -27,8 +27,11 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     cfg = settings.projector
     projectors = [
         Projector(js, settings.database_url, stream=stream, durable=durable, store=store,
-                  batch_size=cfg.batch_size, fetch_timeout_s=cfg.fetch_timeout_s)
-        for stream, durable in ((EVENTS_STREAM, cfg.durable), (HB_STREAM, f"{cfg.durable}-hb"))
+                  batch_size=cfg.batch_size, fetch_timeout_s=cfg.fetch_timeout_s,
+                  contiguous=contiguous)
+        for stream, durable, contiguous in (
+            (EVENTS_STREAM, cfg.durable, True), (HB_STREAM, f"{cfg.durable}-hb", False)
+        )
     ]  # fmt: skip
     log.info("projector running (batch %d)", cfg.batch_size)
     try:

@@ -1,0 +1,79 @@
+"""Wiring for the API: ``create_app(settings)``; engines and connections live in the lifespan."""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Final
+
+from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from infra.postgres.migrate import sqlalchemy_url
+from lodestream.eventlog import EventLog, ensure_streams
+from lodestream.natsconn import connect
+from lodestream.settings import Settings
+from services.api import errors
+from services.api.deps import ApiContext
+from services.api.jetstream import JetStream
+from services.api.routes import apps, events, health, jobs, sites
+
+DB_POOL_SIZE: Final = 10
+DB_MAX_OVERFLOW: Final = 20
+GC_GEN0_THRESHOLD: Final = 50_000
+# A full submission of small jobs is a few MiB; this only stops a runaway client.
+MAX_BODY_BYTES: Final = 64 * 1024 * 1024
+
+
+def create_app(settings: Settings) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Reads are single statements: autocommit, so no request holds a transaction open.
+        engine = create_async_engine(
+            sqlalchemy_url(settings.database_url),
+            isolation_level="AUTOCOMMIT",
+            pool_size=DB_POOL_SIZE,
+            max_overflow=DB_MAX_OVERFLOW,
+        )
+        nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-api"}))
+        # A whole submission may be in flight at once.
+        js = JetStream(nc, publish_async_max_pending=2 * settings.api.max_jobs_per_request)
+        try:
+            await ensure_streams(js, settings.nats.stream_replicas)
+            app.state.context = ApiContext(settings, engine, nc, js, EventLog(js))
+            yield
+        finally:
+            await nc.close()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="lodestream",
+        summary="Submit and watch HPC jobs",
+        lifespan=lifespan,
+        max_body_size=MAX_BODY_BYTES,
+    )
+    errors.install(app)
+    for module in (jobs, sites, apps, events, health):
+        app.include_router(module.router)
+    return app
+
+
+def tune_gc() -> None:
+    """Process-wide collector settings for bulk submission; call once, after imports.
+
+    A 5,000-job submission allocates some 100,000 container objects. With the
+    default gen-0 threshold (700) the collector runs over a hundred times per
+    request and the occasional full pass walks every module, schema and
+    route; freezing what exists at start-up takes those out of every pass.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
+
+
+def serve(settings: Settings) -> None:
+    import uvicorn  # noqa: PLC0415 - only the entry point needs the server
+
+    tune_gc()
+    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port)

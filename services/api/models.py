@@ -1,0 +1,220 @@
+"""Request and response bodies: the API's wire formats.
+
+They stay apart from the domain types in ``schemas/`` and convert at the
+boundary with named classmethods (``JobOut.from_row``, ``SiteOut.from_row``).
+A job submission reuses :class:`~schemas.resources.JobSpec`'s fields and
+rules (one definition of a valid job) and adds the client-chosen ``id``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Any, Final
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    ValidationInfo,
+    field_validator,
+)
+from pydantic_core import PydanticCustomError
+from sqlalchemy import RowMapping
+
+from schemas.resources import JobSpec
+from schemas.subjects import check_site
+
+TOO_MANY_JOBS: Final = "too_many_jobs"
+"""Error type raised while validating a submission with more jobs than allowed (413)."""
+
+
+def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``model``'s JSON Schema with its ``$defs`` inlined, to embed in an OpenAPI operation."""
+    schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            ref = node.get("$ref")
+            if isinstance(ref, str) and ref.startswith("#/$defs/"):
+                return inline(defs[ref.removeprefix("#/$defs/")])
+            return {k: inline(v) for k, v in node.items()}
+        if isinstance(node, list):
+            return [inline(v) for v in node]
+        return node
+
+    result: dict[str, Any] = inline(schema)
+    return result
+
+
+class Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+# --- submission ----------------------------------------------------------------------------
+
+
+# A submission is used as the JobSpec of its job.created event without a copy; pydantic
+# serialises a field by its declared type (JobSpec), so ``id`` is never written to the log.
+class JobSubmission(JobSpec):
+    """A job to create; ``id`` is optional, so parents and children can go in one request."""
+
+    id: uuid.UUID | None = None
+
+
+class SubmitRequest(Wire):
+    jobs: list[JobSubmission] = Field(min_length=1)
+    idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+    @field_validator("jobs", mode="before")
+    @classmethod
+    def _not_too_many(cls, value: Any, info: ValidationInfo) -> Any:
+        # Checked before the items are validated, so an oversized body is refused cheaply.
+        limit = (info.context or {}).get("max_jobs")
+        if limit is not None and isinstance(value, list) and len(value) > limit:
+            raise PydanticCustomError(
+                TOO_MANY_JOBS,
+                "{count} jobs in one request; the limit is {limit}: split the submission",
+                {"count": len(value), "limit": limit},
+            )
+        return value
+
+
+class SubmittedJob(Wire):
+    id: uuid.UUID
+    seq: int
+    duplicate: bool
+
+
+class SubmitResponse(Wire):
+    jobs: list[SubmittedJob]
+    last_seq: int
+
+
+# --- jobs and events -------------------------------------------------------------------------
+
+
+class JobOut(BaseModel):
+    id: uuid.UUID
+    site: str
+    owner: str
+    app: str
+    state: str
+    workdir: str
+    parameters: dict[str, str]
+    tags: dict[str, str]
+    data: dict[str, Any]
+    resources: dict[str, Any]
+    transfers: dict[str, Any]
+    parent_ids: list[uuid.UUID]
+    lease_seq: int | None
+    lease_session: uuid.UUID | None
+    attempts: int
+    return_code: int | None
+    last_error: str | None
+    created_seq: int
+    last_seq: int
+    created_at: datetime
+    updated_at: datetime
+    stage_times: dict[str, datetime]
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> JobOut:
+        return cls.model_validate(dict(row))
+
+
+class JobPage(BaseModel):
+    items: list[JobOut]
+    next_offset: int | None = Field(description="offset of the next page; null on the last page")
+
+
+class JobEventOut(BaseModel):
+    seq: int
+    job_id: uuid.UUID
+    event_id: uuid.UUID
+    site: str
+    type: str
+    from_state: str | None
+    to_state: str | None
+    occurred_at: datetime
+    actor: str
+    data: dict[str, Any]
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> JobEventOut:
+        return cls.model_validate(dict(row))
+
+
+class EventPage(BaseModel):
+    items: list[JobEventOut]
+    next_after_seq: int = Field(
+        description="pass as after_seq to continue; it may pass events that are not yours"
+    )
+
+
+# --- sites and apps --------------------------------------------------------------------------
+
+
+class SiteCreate(Wire):
+    name: str
+    description: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+    @field_validator("name")
+    @classmethod
+    def _slug(cls, value: str) -> str:
+        # Site names become NATS subject tokens; check_site states the rule in its message.
+        return check_site(value)
+
+
+class SiteCreated(Wire):
+    name: str
+    seq: int
+
+
+class SiteOut(BaseModel):
+    name: str
+    description: str
+    public_key: str | None
+    created_at: datetime
+    removed_at: datetime | None
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> SiteOut:
+        return cls.model_validate(dict(row))
+
+
+class AppOut(BaseModel):
+    site: str
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    transfers: dict[str, Any]
+    python: bool
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> AppOut:
+        return cls.model_validate(dict(row))
+
+
+# --- health ----------------------------------------------------------------------------------
+
+
+class Check(BaseModel):
+    ok: bool
+    detail: str = ""
+
+
+class ProjectorLag(BaseModel):
+    stream_last_seq: int | None
+    position: int | None
+    lag: int | None
+
+
+class Readiness(BaseModel):
+    ready: bool
+    nats: Check
+    postgres: Check
+    projector: ProjectorLag

@@ -1,0 +1,257 @@
+"""Read queries over the read models (SQLAlchemy Core), always scoped to one owner.
+
+Every list query is shaped for an index of ``infra/postgres/tables.py``:
+``owner`` first, ``state`` by equality, tags by ``@>`` (GIN, jsonb_path_ops),
+``parent_ids`` by ``@>`` (GIN) and order by ``created_seq``. Id lists are
+bound as one array parameter (``= ANY(%s)``), not thousands of placeholders.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final, Literal
+
+from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bindparam, select
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from infra.postgres.tables import api_tokens, apps, job_events, jobs, projector_position, sites
+from services.api.submit import AppInterface, Catalog, Existing
+
+OrderBy = Literal["created", "-created", "updated", "-updated"]
+
+_UUIDS: Final = ARRAY(UUID(as_uuid=True))
+WALK_WINDOW: Final = 5000
+_ORDER: Final[dict[str, tuple[ColumnElement[Any], ...]]] = {
+    "created": (jobs.c.created_seq.asc(),),
+    "-created": (jobs.c.created_seq.desc(),),
+    "updated": (jobs.c.updated_at.asc(), jobs.c.created_seq.asc()),
+    "-updated": (jobs.c.updated_at.desc(), jobs.c.created_seq.desc()),
+}
+
+
+def _ids(name: str, values: Collection[uuid.UUID]) -> ColumnElement[Any]:
+    return any_(bindparam(name, list(values), type_=_UUIDS))
+
+
+async def user_for_token(conn: AsyncConnection, token_hash: str) -> str | None:
+    result = await conn.execute(
+        select(api_tokens.c.user_name).where(
+            api_tokens.c.token_hash == token_hash, api_tokens.c.revoked_at.is_(None)
+        )
+    )
+    name: str | None = result.scalar_one_or_none()
+    return name
+
+
+async def projector_seq(conn: AsyncConnection, stream: str) -> int:
+    result = await conn.execute(
+        select(projector_position.c.seq).where(projector_position.c.stream == stream)
+    )
+    seq: int | None = result.scalar_one_or_none()
+    return seq or 0
+
+
+# --- submission ------------------------------------------------------------------------------
+
+
+async def catalog(
+    conn: AsyncConnection,
+    owner: str,
+    *,
+    site_names: Collection[str],
+    parents: Collection[uuid.UUID],
+    ids: Collection[uuid.UUID] | None,
+) -> Catalog:
+    """Everything a submission is checked against, in at most four queries."""
+    result = await conn.execute(
+        select(sites.c.name).where(
+            sites.c.owner == owner,
+            sites.c.removed_at.is_(None),
+            sites.c.name.in_(sorted(site_names)),
+        )
+    )
+    own_sites = frozenset(result.scalars())
+    app_map: dict[str, dict[str, AppInterface]] = {}
+    if own_sites:
+        result = await conn.execute(
+            select(apps.c.site, apps.c.name, apps.c.parameters, apps.c.transfers).where(
+                apps.c.site.in_(sorted(own_sites))
+            )
+        )
+        for site, name, parameters, transfers in result:
+            app_map.setdefault(site, {})[name] = AppInterface.from_row(parameters, transfers)
+    own_jobs: frozenset[uuid.UUID] = frozenset()
+    if parents:
+        result = await conn.execute(
+            select(jobs.c.id).where(jobs.c.owner == owner, jobs.c.id == _ids("parents", parents))
+        )
+        own_jobs = frozenset(result.scalars())
+    existing: dict[uuid.UUID, Existing] = {}
+    if ids:
+        # Any owner: an id is global. The created event tells a retry from a clash.
+        result = await conn.execute(
+            select(jobs.c.id, jobs.c.created_seq, job_events.c.event_id)
+            .select_from(jobs.outerjoin(job_events, job_events.c.seq == jobs.c.created_seq))
+            .where(jobs.c.id == _ids("ids", ids))
+        )
+        existing = {row.id: Existing(row.event_id, row.created_seq) for row in result}
+    return Catalog(sites=own_sites, apps=app_map, own_jobs=own_jobs, existing=existing)
+
+
+# --- jobs and events -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JobFilter:
+    site: str | None = None
+    app: str | None = None
+    states: Sequence[str] = ()
+    tags: dict[str, str] = field(default_factory=dict)
+    parent_id: uuid.UUID | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    updated_after: datetime | None = None
+    updated_before: datetime | None = None
+
+
+def _conditions(owner: str, f: JobFilter) -> list[ColumnElement[bool]]:
+    """The conditions the B-tree indexes can answer."""
+    plain: list[ColumnElement[bool]] = [jobs.c.owner == owner]
+    if f.site is not None:
+        plain.append(jobs.c.site == f.site)
+    if f.app is not None:
+        plain.append(jobs.c.app == f.app)
+    if len(f.states) == 1:
+        plain.append(jobs.c.state == f.states[0])
+    elif f.states:
+        plain.append(jobs.c.state.in_(f.states))
+    for column, after, before in (
+        (jobs.c.created_at, f.created_after, f.created_before),
+        (jobs.c.updated_at, f.updated_after, f.updated_before),
+    ):
+        if after is not None:
+            plain.append(column > after)
+        if before is not None:
+            plain.append(column < before)
+    return plain
+
+
+def _containment(f: JobFilter, table: FromClause = jobs) -> list[ColumnElement[bool]]:
+    """The conditions the GIN indexes answer, on ``table`` (``rm.jobs`` or a subquery of it)."""
+    contained: list[ColumnElement[bool]] = []
+    if f.tags:
+        contained.append(table.c.tags.contains(f.tags))  # one @> for all tags: one GIN probe
+    if f.parent_id is not None:
+        contained.append(table.c.parent_ids.contains([f.parent_id]))
+    return contained
+
+
+def jobs_query(owner: str, f: JobFilter, order_by: OrderBy, limit: int, offset: int) -> Select[Any]:
+    query = select(jobs).where(*_conditions(owner, f), *_containment(f)).limit(limit).offset(offset)
+    return query.order_by(*_ORDER[order_by])
+
+
+async def list_jobs(
+    conn: AsyncConnection, owner: str, f: JobFilter, *, order_by: OrderBy, limit: int, offset: int
+) -> Sequence[RowMapping]:
+    """One page of the owner's jobs.
+
+    With a tag or parent filter and creation order, no single plan is good
+    for every filter: walking (owner, state, created_seq) and filtering is
+    fast when matches are everywhere, and scans most of the index when they
+    are old (tags are usually per campaign, so they cluster in time); the
+    GIN bitmap is fast for a rare tag and slow for a common one. Postgres
+    estimates how many rows match, not where they are, so we try the walk
+    over the newest ``WALK_WINDOW`` candidates first and fall back to the
+    bitmap (ordering by an expression keeps the planner off the ordered
+    index) only when that window does not fill the page.
+    """
+    plain, contained = _conditions(owner, f), _containment(f)
+    if not contained or order_by not in {"created", "-created"}:
+        return await _rows(conn, jobs_query(owner, f, order_by, limit, offset))
+    order = _ORDER[order_by][0]
+    window = select(jobs).where(*plain).order_by(order).limit(WALK_WINDOW).subquery()
+    walk = (
+        select(window)
+        .where(*_containment(f, window))
+        .order_by(window.c.created_seq.desc() if order_by == "-created" else window.c.created_seq)
+        .limit(limit)
+        .offset(offset)
+    )
+    rows = await _rows(conn, walk)
+    if len(rows) == limit:
+        return rows
+    seq = jobs.c.created_seq + 0
+    bitmap = (
+        select(jobs)
+        .where(*plain, *contained)
+        .order_by(seq.desc() if order_by == "-created" else seq)
+        .limit(limit)
+        .offset(offset)
+    )
+    return await _rows(conn, bitmap)
+
+
+async def _rows(conn: AsyncConnection, query: Select[Any]) -> Sequence[RowMapping]:
+    result = await conn.execute(query)
+    rows: Sequence[RowMapping] = result.mappings().all()
+    return rows
+
+
+async def get_job(conn: AsyncConnection, owner: str, job_id: uuid.UUID) -> RowMapping | None:
+    result = await conn.execute(select(jobs).where(jobs.c.id == job_id, jobs.c.owner == owner))
+    return result.mappings().one_or_none()
+
+
+async def events_of_job(conn: AsyncConnection, job_id: uuid.UUID) -> Sequence[RowMapping]:
+    result = await conn.execute(
+        select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.seq)
+    )
+    return result.mappings().all()
+
+
+async def events_after(
+    conn: AsyncConnection, owner: str, after_seq: int, up_to: int, limit: int
+) -> Sequence[RowMapping]:
+    """Events of the owner's jobs with ``after_seq < seq <= up_to``, ascending."""
+    result = await conn.execute(
+        select(job_events)
+        .join(jobs, jobs.c.id == job_events.c.job_id)
+        .where(jobs.c.owner == owner, job_events.c.seq > after_seq, job_events.c.seq <= up_to)
+        .order_by(job_events.c.seq)
+        .limit(limit)
+    )
+    return result.mappings().all()
+
+
+# --- sites and apps --------------------------------------------------------------------------
+
+
+async def list_sites(
+    conn: AsyncConnection, owner: str, *, include_removed: bool
+) -> Sequence[RowMapping]:
+    query = select(sites).where(sites.c.owner == owner).order_by(sites.c.name)
+    if not include_removed:
+        query = query.where(sites.c.removed_at.is_(None))
+    result = await conn.execute(query)
+    return result.mappings().all()
+
+
+async def site_owner(conn: AsyncConnection, name: str) -> str | None:
+    result = await conn.execute(select(sites.c.owner).where(sites.c.name == name))
+    owner: str | None = result.scalar_one_or_none()
+    return owner
+
+
+async def list_apps(conn: AsyncConnection, owner: str, site: str | None) -> Sequence[RowMapping]:
+    own = select(sites.c.name).where(sites.c.owner == owner, sites.c.removed_at.is_(None))
+    if site is not None:
+        own = own.where(sites.c.name == site)
+    result = await conn.execute(
+        select(apps).where(apps.c.site.in_(own)).order_by(apps.c.site, apps.c.name)
+    )
+    return result.mappings().all()

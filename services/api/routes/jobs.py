@@ -1,0 +1,195 @@
+"""``/jobs``: bulk submission (append ``job.created``) and reads of the jobs read model."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Final
+
+from fastapi import APIRouter, Query, Request, Response
+from pydantic import AwareDatetime, ValidationError
+
+from schemas.envelope import now
+from services.api import appends, queries, submit, waiting
+from services.api.appends import Accepted, Refused
+from services.api.deps import Context, Db, User
+from services.api.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    TooManyJobs,
+    Unavailable,
+    invalid_from_errors,
+)
+from services.api.models import (
+    TOO_MANY_JOBS,
+    JobEventOut,
+    JobOut,
+    JobPage,
+    SubmitRequest,
+    SubmitResponse,
+    SubmittedJob,
+    inline_schema,
+)
+
+router = APIRouter(tags=["jobs"])
+
+TAG_HELP: Final = "key:value, repeatable; a job matches when it has all of them"
+
+_SUBMIT_BODY: Final = {
+    "required": True,
+    "content": {"application/json": {"schema": inline_schema(SubmitRequest)}},
+}
+
+
+def parse_submission(body: bytes, max_jobs: int) -> SubmitRequest:
+    """Validate the raw body in one pass (JSON parsing included) with the job-count limit."""
+    try:
+        return SubmitRequest.model_validate_json(body, context={"max_jobs": max_jobs})
+    except ValidationError as exc:
+        errors = exc.errors()
+        for err in errors:
+            if err["type"] == TOO_MANY_JOBS:
+                raise TooManyJobs(err["msg"], {"limit": max_jobs}) from exc
+        raise invalid_from_errors(
+            [{**err, "loc": ("body", *err["loc"])} for err in errors], "invalid submission"
+        ) from exc
+
+
+@router.post(
+    "/jobs",
+    status_code=202,
+    response_model=SubmitResponse,
+    openapi_extra={"requestBody": _SUBMIT_BODY},
+    responses={201: {"model": SubmitResponse, "description": "accepted and projected (wait)"}},
+)
+async def submit_jobs(
+    *,
+    request: Request,
+    response: Response,
+    ctx: Context,
+    user: User,
+    wait: bool = False,
+    wait_timeout: Annotated[float | None, Query(gt=0)] = None,
+) -> SubmitResponse:
+    """Append one ``job.created`` per job, or nothing when any job is invalid."""
+    budget = waiting.wait_budget(wait_timeout, ctx.settings.api.wait_timeout_s)
+    submission = parse_submission(await request.body(), ctx.settings.api.max_jobs_per_request)
+    ids = submit.job_ids(submission, user)
+    async with ctx.engine.connect() as conn:
+        catalog = await queries.catalog(
+            conn,
+            user,
+            site_names=submit.named_sites(submission),
+            parents=submit.outside_parents(submission, ids),
+            ids=ids if submit.needs_existence_check(submission) else None,
+        )
+    submit.check(submission, ids, catalog)
+    plan = submit.build_events(submission, ids, catalog, user=user, now=now())
+    outcomes = iter(await appends.append_created(ctx.log, ctx.js, plan.to_append))
+    results: list[Accepted | Refused] = [
+        Accepted(ids[i], plan.already[i].created_seq, True) if i in plan.already else next(outcomes)
+        for i in range(len(ids))
+    ]
+    accepted = _accepted_or_raise(results, submission.idempotency_key is not None)
+    if wait:
+        await waiting.until_projected(
+            ctx.engine, accepted.last_seq, budget, accepted.model_dump(mode="json")
+        )
+        response.status_code = 201
+    return accepted
+
+
+def _accepted_or_raise(results: list[Accepted | Refused], keyed: bool) -> SubmitResponse:
+    refused = [(i, r) for i, r in enumerate(results) if isinstance(r, Refused)]
+    done = [
+        SubmittedJob(id=r.id, seq=r.seq, duplicate=r.duplicate)
+        for r in results
+        if isinstance(r, Accepted)
+    ]
+    if not refused:
+        return SubmitResponse(jobs=done, last_seq=max(j.seq for j in done))
+    retry = (
+        "retrying with the same idempotency_key completes it"
+        if keyed
+        else "resubmit only the refused jobs"
+    )
+    index, first = refused[0]
+    message = (
+        f"{len(refused)} of {len(results)} jobs were not appended (jobs[{index}]: {first.reason}); "
+        f"{len(done)} were accepted — {retry}"
+    )
+    details = {
+        "accepted": [j.model_dump(mode="json") for j in done],
+        "refused": [{"index": i, "id": str(r.id), "reason": r.reason} for i, r in refused],
+    }
+    if any(r.conflict for _, r in refused):
+        raise Conflict(message, details)
+    raise Unavailable(message, details)
+
+
+@router.get("/jobs", response_model=JobPage)
+async def list_jobs(
+    *,
+    user: User,
+    db: Db,
+    ctx: Context,
+    site: str | None = None,
+    app: str | None = None,
+    state: Annotated[list[str] | None, Query()] = None,
+    tag: Annotated[list[str] | None, Query(description=TAG_HELP)] = None,
+    parent_id: uuid.UUID | None = None,
+    created_after: Annotated[AwareDatetime | None, Query()] = None,
+    created_before: Annotated[AwareDatetime | None, Query()] = None,
+    updated_after: Annotated[AwareDatetime | None, Query()] = None,
+    updated_before: Annotated[AwareDatetime | None, Query()] = None,
+    order_by: queries.OrderBy = "-created",
+    limit: Annotated[int, Query(ge=1)] = 100,
+    offset: Annotated[int, Query(ge=0)] = 0,
+) -> JobPage:
+    if limit > ctx.settings.api.max_page_size:
+        raise InvalidInput(f"limit must be at most {ctx.settings.api.max_page_size}, got {limit}")
+    filters = queries.JobFilter(
+        site=site,
+        app=app,
+        states=tuple(state or ()),
+        tags=parse_tags(tag or []),
+        parent_id=parent_id,
+        created_after=created_after,
+        created_before=created_before,
+        updated_after=updated_after,
+        updated_before=updated_before,
+    )
+    # One row more than asked says whether there is a next page without a count(*).
+    rows = await queries.list_jobs(
+        db, user, filters, order_by=order_by, limit=limit + 1, offset=offset
+    )
+    return JobPage(
+        items=[JobOut.from_row(r) for r in rows[:limit]],
+        next_offset=offset + limit if len(rows) > limit else None,
+    )
+
+
+def parse_tags(raw: list[str]) -> dict[str, str]:
+    tags: dict[str, str] = {}
+    for item in raw:
+        key, sep, value = item.partition(":")
+        if not sep or not key:
+            raise InvalidInput(f"tag filter {item!r} must be key:value")
+        if tags.setdefault(key, value) != value:
+            raise InvalidInput(f"tag {key!r} is given twice with different values")
+    return tags
+
+
+@router.get("/jobs/{job_id}", response_model=JobOut)
+async def get_job(job_id: uuid.UUID, user: User, db: Db) -> JobOut:
+    row = await queries.get_job(db, user, job_id)
+    if row is None:
+        raise NotFound(f"job {job_id} not found")
+    return JobOut.from_row(row)
+
+
+@router.get("/jobs/{job_id}/events", response_model=list[JobEventOut])
+async def get_job_events(job_id: uuid.UUID, user: User, db: Db) -> list[JobEventOut]:
+    if await queries.get_job(db, user, job_id) is None:
+        raise NotFound(f"job {job_id} not found")
+    return [JobEventOut.from_row(r) for r in await queries.events_of_job(db, job_id)]

@@ -1,0 +1,229 @@
+"""Turning a validated submission into ``job.created`` events — pure functions, no I/O.
+
+The route loads a :class:`Catalog` (what the checks need from the read
+models: a constant number of queries per request), calls :func:`check`,
+which raises before anything is appended, and then appends what
+:func:`build_events` returns. Ids are deterministic when the client gives an
+idempotency key, so a retried request mints the same job and event ids and
+JetStream de-duplicates it.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from schemas.events.job import JobCreated
+from schemas.ids import derived_id, uuid7
+from services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
+from services.api.models import JobSubmission, SubmitRequest
+
+
+@dataclass(frozen=True, slots=True)
+class AppInterface:
+    """What a submission must match of an app registered at its site."""
+
+    parameters: frozenset[str]
+    required_parameters: frozenset[str]
+    slots: frozenset[str]
+    required_slots: frozenset[str]
+
+    @classmethod
+    def from_row(cls, parameters: Mapping[str, Any], transfers: Mapping[str, Any]) -> AppInterface:
+        """From the ``parameters`` and ``transfers`` JSONB columns of ``rm.apps``."""
+        return cls(
+            parameters=frozenset(parameters),
+            required_parameters=frozenset(
+                name
+                for name, spec in parameters.items()
+                if spec.get("required", True) and spec.get("default") is None
+            ),
+            slots=frozenset(transfers),
+            required_slots=frozenset(
+                name for name, spec in transfers.items() if spec.get("required", False)
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Existing:
+    """A job that already exists under an id this request uses."""
+
+    created_event_id: uuid.UUID | None
+    created_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """What the read models say about the names and ids a request refers to."""
+
+    sites: frozenset[str]  # the caller's live sites among those named
+    apps: Mapping[str, Mapping[str, AppInterface]]  # site -> app -> interface, sites with apps
+    own_jobs: frozenset[uuid.UUID]  # the caller's jobs among the parents named
+    existing: Mapping[uuid.UUID, Existing] = field(default_factory=dict)  # by job id
+
+
+def actor(user: str) -> str:
+    return f"user:{user}"
+
+
+def job_ids(request: SubmitRequest, user: str) -> list[uuid.UUID]:
+    """The id of each job: the client's, else derived from the key, else a fresh UUIDv7."""
+    key = request.idempotency_key
+    return [
+        job.id
+        if job.id is not None
+        else (derived_id("job", user, key, str(index)) if key is not None else uuid7())
+        for index, job in enumerate(request.jobs)
+    ]
+
+
+def needs_existence_check(request: SubmitRequest) -> bool:
+    """Fresh UUIDv7s cannot exist yet; client ids and derived ids may."""
+    return request.idempotency_key is not None or any(j.id is not None for j in request.jobs)
+
+
+def event_id(job_id: uuid.UUID, key: str | None) -> uuid.UUID:
+    return derived_id("job.created", str(job_id), key) if key is not None else uuid7()
+
+
+def named_sites(request: SubmitRequest) -> set[str]:
+    return {job.site for job in request.jobs}
+
+
+def outside_parents(request: SubmitRequest, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:
+    """Parents that are not jobs of this request: they must already be the caller's jobs."""
+    in_request = set(ids)
+    return {p for job in request.jobs for p in job.parent_ids if p not in in_request}
+
+
+def check(request: SubmitRequest, ids: Sequence[uuid.UUID], catalog: Catalog) -> None:
+    """Raise NotFound or InvalidInput for the first site, or all other problems, of a request."""
+    for job in request.jobs:
+        if job.site not in catalog.sites:
+            raise NotFound(f"site {job.site!r} not found")
+    problems: list[dict[str, Any]] = []
+    position: dict[uuid.UUID, int] = {}
+    for index, (job, job_id) in enumerate(zip(request.jobs, ids, strict=True)):
+        if job_id in position:
+            twin = position[job_id]
+            problems.append(_problem(index, "id", f"id {job_id} is also used by jobs[{twin}]"))
+        position.setdefault(job_id, index)
+        apps = catalog.apps.get(job.site)
+        if apps is not None:
+            problems.extend(_check_app(index, job, apps))
+        for p_index, parent in enumerate(job.parent_ids):
+            sibling = position.get(parent)
+            if (sibling is None or sibling == index) and parent not in catalog.own_jobs:
+                problems.append(_parent_problem(index, p_index, parent, parent in ids))
+        if len(problems) >= MAX_DETAILS:
+            break
+    if problems:
+        raise invalid_from_errors(problems, "invalid submission")
+
+
+def _check_app(
+    index: int, job: JobSubmission, apps: Mapping[str, AppInterface]
+) -> list[dict[str, Any]]:
+    app = apps.get(job.app)
+    if app is None:
+        known = ", ".join(sorted(apps)[:20])
+        return [_problem(index, "app", f"site {job.site!r} has no app {job.app!r} (apps: {known})")]
+    problems = [
+        _problem(index, "parameters", f"app {job.app!r} at {job.site!r} has no parameter {name!r}")
+        for name in sorted(job.parameters.keys() - app.parameters)
+    ]
+    problems += [
+        _problem(index, "parameters", f"app {job.app!r} requires parameter {name!r}")
+        for name in sorted(app.required_parameters - job.parameters.keys())
+    ]
+    problems += [
+        _problem(index, "transfers", f"app {job.app!r} has no transfer slot {name!r}")
+        for name in sorted(job.transfers.keys() - app.slots)
+    ]
+    problems += [
+        _problem(index, "transfers", f"app {job.app!r} requires transfer slot {name!r}")
+        for name in sorted(app.required_slots - job.transfers.keys())
+    ]
+    return problems
+
+
+def _parent_problem(
+    index: int, p_index: int, parent: uuid.UUID, in_request: bool
+) -> dict[str, Any]:
+    reason = (
+        "is a later job of this request (list parents before their children)"
+        if in_request
+        else "is neither one of your jobs nor an earlier job of this request"
+    )
+    return _problem(index, "parent_ids", f"parent {parent} {reason}", p_index)
+
+
+def _problem(
+    index: int, name: str, msg: str, item: int | None = None, *, kind: str = "invalid_reference"
+) -> dict[str, Any]:
+    loc: list[str | int] = ["body", "jobs", index, name]
+    if item is not None:
+        loc.append(item)
+    return {"loc": loc, "msg": msg, "type": kind}
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """The events to append, and the jobs of the request that a retry already created."""
+
+    to_append: list[JobCreated]
+    already: dict[int, Existing]  # request index -> the job as it was created
+
+
+def build_events(
+    request: SubmitRequest,
+    ids: Sequence[uuid.UUID],
+    catalog: Catalog,
+    *,
+    user: str,
+    now: datetime,
+) -> Plan:
+    """One ``job.created`` per job, except jobs this very request (a retry) already created.
+
+    Raises Conflict when a job id is taken by a job this request did not create.
+    """
+    key = request.idempotency_key
+    who = actor(user)
+    to_append: list[JobCreated] = []
+    already: dict[int, Existing] = {}
+    conflicts: list[dict[str, Any]] = []
+    for index, (job, job_id) in enumerate(zip(request.jobs, ids, strict=True)):
+        eid = event_id(job_id, key)
+        existing = catalog.existing.get(job_id)
+        if existing is not None:
+            if existing.created_event_id == eid:
+                already[index] = existing
+            else:
+                conflicts.append(
+                    _problem(index, "id", f"job {job_id} already exists", kind="taken")
+                )
+            continue
+        to_append.append(
+            JobCreated.create(
+                site=job.site,
+                aggregate_id=job_id,
+                actor=who,
+                # A JobSubmission is a JobSpec: passed as-is, it is not validated again, and
+                # JobCreated.data serialises by its declared type, so ``id`` never reaches the log.
+                data=job,
+                event_id=eid,
+                occurred_at=now,
+            )
+        )
+    if conflicts:
+        raise Conflict(
+            f"{conflicts[0]['msg']}"
+            f"{f' (and {len(conflicts) - 1} more)' if len(conflicts) > 1 else ''}; "
+            "nothing was appended",
+            conflicts[:MAX_DETAILS],
+        )
+    return Plan(to_append, already)

@@ -1,0 +1,64 @@
+"""API users and their tokens (the API's own tables in ``public``, never rebuilt).
+
+A token is shown once, at creation; only its SHA-256 digest is stored.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from datetime import UTC, datetime
+from typing import Final
+
+from sqlalchemy import create_engine, func, pool, update
+from sqlalchemy.dialects.postgresql import insert
+
+from infra.postgres.migrate import sqlalchemy_url
+from infra.postgres.tables import api_tokens, users
+from services.api.deps import token_hash
+
+# A user name becomes the actor ``user:<name>`` of every event the user causes.
+USER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,119}$")
+
+
+def check_user_name(name: str) -> str:
+    if not USER_NAME.fullmatch(name):
+        raise ValueError(
+            f"invalid user name {name!r}: use 1-120 letters, digits, '.', '_', '@' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+def create_user(database_url: str, name: str) -> str:
+    """Create ``name`` if needed and return a new token for it (existing tokens stay valid)."""
+    check_user_name(name)
+    token = secrets.token_urlsafe(32)
+    now = datetime.now(UTC)
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            conn.execute(insert(users).values(name=name, created_at=now).on_conflict_do_nothing())
+            conn.execute(
+                api_tokens.insert().values(
+                    token_hash=token_hash(token), user_name=name, created_at=now
+                )
+            )
+    finally:
+        engine.dispose()
+    return token
+
+
+def revoke_tokens(database_url: str, name: str) -> int:
+    """Revoke every live token of ``name``; returns how many were revoked."""
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    try:
+        with engine.begin() as conn:
+            result = conn.execute(
+                update(api_tokens)
+                .where(api_tokens.c.user_name == name, api_tokens.c.revoked_at.is_(None))
+                .values(revoked_at=func.now())
+            )
+    finally:
+        engine.dispose()
+    return int(result.rowcount)

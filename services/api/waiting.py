@@ -1,0 +1,43 @@
+"""Read-your-writes: wait until the projector has applied a stream sequence."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from schemas.subjects import EVENTS_STREAM
+from services.api import queries
+from services.api.errors import InvalidInput, WaitTimedOut
+
+POLL_S: Final = 0.01
+
+
+def wait_budget(requested: float | None, maximum: float) -> float:
+    if requested is None:
+        return maximum
+    if requested > maximum:
+        raise InvalidInput(f"wait_timeout must be at most {maximum:g} s, got {requested:g}")
+    return requested
+
+
+async def until_projected(
+    engine: AsyncEngine, seq: int, timeout_s: float, accepted: Any, stream: str = EVENTS_STREAM
+) -> None:
+    """Return once ``stream`` is applied up to ``seq``; raise WaitTimedOut carrying ``accepted``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        # A connection per poll: a waiting request must not pin a pool slot for seconds.
+        async with engine.connect() as conn:
+            position = await queries.projector_seq(conn, stream)
+        if position >= seq:
+            return
+        if loop.time() >= deadline:
+            raise WaitTimedOut(
+                f"appended up to sequence {seq}, but the projector has only applied {position} "
+                f"after {timeout_s:g} s; the result is accepted and will appear in reads shortly",
+                accepted,
+            )
+        await asyncio.sleep(POLL_S)
