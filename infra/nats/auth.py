@@ -1,0 +1,126 @@
+"""Who may do what on the bus: the control plane, and one least-privilege user per site.
+
+ARCHITECTURE.md §6: a site holds an nkey whose seed never leaves it; the
+server knows only the public key. A site may append to its own subjects,
+fetch and ack from its own durable pull consumers (which only the control
+plane creates), and receive replies on its own inbox prefix. It cannot read
+the stream, create consumers, or touch another site's subjects.
+
+Everything here is pure: functions return data or config text, and the
+caller decides where secrets are stored and when the server reloads.
+
+Notes on nats-server behaviour that shaped the layout:
+
+* Subject wildcards match whole tokens only (``*-alpha`` is not a pattern),
+  so a site's consumers are enumerated: ``<purpose>-<site>`` for each of
+  :data:`SITE_CONSUMER_PURPOSES`.
+* A fetch is a publish to ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``
+  whose messages come back on the reply subject (the site's inbox); an ack
+  is a publish to the message's ``$JS.ACK.<stream>.<consumer>.…`` reply
+  subject. JetStream PubAcks also arrive on the inbox. So the inbox is the
+  only thing a site ever subscribes to. nats-py's ``pull_subscribe_bind``
+  makes no API call at all (it only subscribes to an inbox), so binding to a
+  durable needs no grant beyond ``MSG.NEXT``; ``CONSUMER.INFO`` is there for
+  sites that check their backlog.
+* A refused publish or subscribe is answered with ``-ERR 'Permissions
+  Violation for …'`` and the connection stays open; a user removed by a
+  reload is disconnected.
+* Subjects starting with ``$`` must be quoted in the config file, or the
+  parser takes them for variable references; everything is rendered as
+  quoted JSON strings for that reason.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from collections.abc import Mapping
+from typing import Final
+
+import nkeys
+
+from schemas.subjects import EVENTS_STREAM, check_site
+
+SITE_CONSUMER_PURPOSES: Final = ("launch", "process", "xfer", "sched")
+CONTROL_USER: Final = "lodestream"
+
+# An nkey user public key: 'U' then 55 more base32 characters.
+_USER_NKEY_RE: Final = re.compile(r"U[A-Z2-7]{55}")
+_USERNAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+Permissions = dict[str, dict[str, list[str]]]
+
+
+def new_password() -> str:
+    """A control-plane password; generate it once and keep it with the server's state."""
+    return secrets.token_urlsafe(32)
+
+
+def new_user_seed() -> bytes:
+    """A fresh nkey user seed (``SU…``). Sites call this; the seed never leaves the site."""
+    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+    return seed
+
+
+def user_public_key(seed: bytes) -> str:
+    """The public key (``U…``) a site registers with the control plane for ``seed``."""
+    public: bytes = nkeys.from_seed(bytearray(seed)).public_key
+    return public.decode()
+
+
+def site_inbox_prefix(site: str) -> str:
+    """The inbox prefix a site's clients must connect with (``inbox_prefix=``)."""
+    return f"_INBOX_{check_site(site)}"
+
+
+def site_consumers(site: str) -> tuple[str, ...]:
+    """Names of the durable pull consumers the control plane creates for ``site``."""
+    check_site(site)
+    return tuple(f"{purpose}-{site}" for purpose in SITE_CONSUMER_PURPOSES)
+
+
+def site_permissions(site: str) -> Permissions:
+    """The per-site permission template; anything not allowed here is denied."""
+    consumers = site_consumers(site)
+    publish = [f"evt.{site}.>", f"hb.{site}.>"]
+    publish += [f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{name}" for name in consumers]
+    publish += [f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.{name}" for name in consumers]
+    publish += [f"$JS.ACK.{EVENTS_STREAM}.{name}.>" for name in consumers]
+    publish.append("$JS.API.INFO")
+    return {
+        "publish": {"allow": publish},
+        "subscribe": {"allow": [f"{site_inbox_prefix(site)}.>"]},
+    }
+
+
+def render_authorization(control_user: str, control_password: str, sites: Mapping[str, str]) -> str:
+    """The ``authorization { users = [...] }`` block for the control plane and ``sites``.
+
+    ``sites`` maps a site name to its nkey public key. Password and nkey users
+    share one ``users`` list (nats-server accepts the mix). The output is
+    sorted by site so that re-rendering unchanged input yields the same text.
+    """
+    if not _USERNAME_RE.fullmatch(control_user):
+        raise ValueError(f"invalid control-plane user name {control_user!r}")
+    if not control_password:
+        raise ValueError("the control-plane password must not be empty")
+    entries = [
+        "    # control plane: services (api, projector, controller); full permissions\n"
+        f"    {{user: {_q(control_user)}, password: {_q(control_password)}}}"
+    ]
+    for site in sorted(sites):
+        public_key = sites[site]
+        check_site(site)
+        if not _USER_NKEY_RE.fullmatch(public_key):
+            raise ValueError(f"site {site!r}: {public_key!r} is not an nkey user public key")
+        permissions = json.dumps(site_permissions(site), indent=2).replace("\n", "\n      ")
+        entries.append(
+            f"    # site {site}\n"
+            f"    {{\n      nkey: {_q(public_key)}\n      permissions: {permissions}\n    }}"
+        )
+    return "authorization {\n  users = [\n" + "\n".join(entries) + "\n  ]\n}\n"
+
+
+def _q(value: str) -> str:
+    return json.dumps(value)
