@@ -98,6 +98,11 @@ class AppTransferSlot(Frozen):
     description: str = ""
 
 
+AppHook = Annotated[
+    str, StringConstraints(pattern=r"^(preprocess|postprocess|handle_error|handle_timeout)$")
+]
+
+
 class App(Frozen):
     """What the API knows of an ApplicationDefinition: its name and interface, never its command."""
 
@@ -107,6 +112,8 @@ class App(Frozen):
     parameters: dict[str, AppParameter] = Field(default_factory=dict)
     transfers: dict[SlotName, AppTransferSlot] = Field(default_factory=dict)
     python: bool = False
+    hooks: tuple[AppHook, ...] = ()  # which site-side hooks the app defines
+
 
 
 class BatchJobState(StrEnum):

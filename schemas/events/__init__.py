@@ -33,7 +33,13 @@ from schemas.events.job import (
     JobStagedOut,
     JobStarted,
 )
-from schemas.events.session import SESSION_EVENTS, Heartbeat, SessionClosed, SessionOpened
+from schemas.events.session import (
+    SESSION_EVENTS,
+    Heartbeat,
+    SessionClosed,
+    SessionExpired,
+    SessionOpened,
+)
 from schemas.events.site import SITE_EVENTS, SiteKeyBound, SiteRegistered, SiteRemoved
 from schemas.events.xfer import (
     XFER_EVENTS,
@@ -81,6 +87,7 @@ __all__ = [
     "JobStagedOut",
     "JobStarted",
     "SessionClosed",
+    "SessionExpired",
     "SessionOpened",
     "SiteKeyBound",
     "SiteRegistered",

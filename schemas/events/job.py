@@ -14,10 +14,17 @@ MAX_TAIL = 4096
 
 
 class StepData(EventData):
-    """A controller or site step. ``skipped`` names steps with nothing to do, in order."""
+    """A controller or site step. ``skipped`` names steps with nothing to do, in order.
+
+    ``work`` carries the job's spec on events that hand work to a site consumer
+    (``launch-<site>``, ``process-<site>``), so a site never needs to read
+    anything beyond its own subjects.
+    """
 
     skipped: tuple[str, ...] = ()
     note: str = ""
+    work: JobSpec | None = None
+    attempt: int = Field(1, ge=1)
 
 
 class ParentsData(EventData):
@@ -27,6 +34,8 @@ class ParentsData(EventData):
 class LeaseData(EventData):
     session_id: uuid.UUID
     reason: str = ""
+    work: JobSpec | None = None  # set when the job becomes runnable again (release, expiry)
+    attempt: int = Field(1, ge=1)
 
 
 class Placement(EventData):
@@ -49,11 +58,14 @@ class RunResultData(EventData):
     runtime_s: float | None = Field(None, ge=0)
     result: Any = None
     cause: tuple[str, ...] = ()
+    work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
+    attempt: int = Field(1, ge=1)
 
 
 class RetryData(EventData):
     attempt: int = Field(ge=1)
     reason: str = ""
+    work: JobSpec | None = None
 
 
 class FailureData(EventData):

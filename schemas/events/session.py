@@ -25,6 +25,14 @@ class SessionClosedData(EventData):
     reason: str = ""
 
 
+class SessionExpiredData(EventData):
+    """The server deleted the session's last heartbeat: the pilot is gone or cut off."""
+
+    reason: str = "heartbeat expired"
+    leases_expired: int = Field(0, ge=0)
+    runs_timed_out: int = Field(0, ge=0)
+
+
 class SessionOpened(Event):
     event_type: ClassVar[str] = "session.opened"
     type: Literal["session.opened"] = "session.opened"
@@ -37,6 +45,13 @@ class SessionClosed(Event):
     type: Literal["session.closed"] = "session.closed"
     v: Literal[1] = 1
     data: SessionClosedData = SessionClosedData()
+
+
+class SessionExpired(Event):
+    event_type: ClassVar[str] = "session.expired"
+    type: Literal["session.expired"] = "session.expired"
+    v: Literal[1] = 1
+    data: SessionExpiredData = SessionExpiredData()
 
 
 class Heartbeat(BaseModel):
@@ -52,4 +67,4 @@ class Heartbeat(BaseModel):
     free_cores: int = Field(0, ge=0)
 
 
-SESSION_EVENTS: tuple[type[Event], ...] = (SessionOpened, SessionClosed)
+SESSION_EVENTS: tuple[type[Event], ...] = (SessionOpened, SessionClosed, SessionExpired)

@@ -28,6 +28,7 @@ from schemas.events import (
     JobRunErrored,
     JobRunTimedOut,
     SessionClosed,
+    SessionExpired,
     SessionOpened,
     SiteKeyBound,
     SiteRegistered,
@@ -269,7 +270,9 @@ class Projection:
                     heartbeat_ttl_s=data.heartbeat_ttl_s,
                 )
             case SessionClosed(data=data):
-                self._op("session_closed", **base, reason=data.reason)
+                self._op("session_ended", **base, state="closed", reason=data.reason)
+            case SessionExpired(data=data):
+                self._op("session_ended", **base, state="expired", reason=data.reason)
 
     def _xfer_event(self, seq: int, event: Event) -> None:
         match event:

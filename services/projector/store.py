@@ -62,9 +62,9 @@ _OPS: Final[dict[str, LiteralString]] = {
         VALUES (%(id)s, %(site)s, %(batch_job_id)s, %(hostname)s, %(mode)s, %(nodes)s,
                 %(deadline)s, %(heartbeat_ttl_s)s, 'open', %(at)s, %(seq)s)
         ON CONFLICT (id) DO NOTHING""",
-    "session_closed": """
-        UPDATE {s}.sessions SET state = 'closed', closed_at = %(at)s, close_reason = %(reason)s,
-            last_seq = %(seq)s
+    "session_ended": """
+        UPDATE {s}.sessions SET state = %(state)s, closed_at = %(at)s,
+            close_reason = %(reason)s, last_seq = %(seq)s
         WHERE id = %(id)s AND site = %(site)s""",
     "heartbeat": """
         UPDATE {s}.sessions SET last_heartbeat = %(at)s, heartbeat = %(heartbeat)s

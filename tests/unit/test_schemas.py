@@ -33,7 +33,12 @@ from schemas.events.job import (
     StartedData,
     StepData,
 )
-from schemas.events.session import Heartbeat, SessionClosedData, SessionOpenedData
+from schemas.events.session import (
+    Heartbeat,
+    SessionClosedData,
+    SessionExpiredData,
+    SessionOpenedData,
+)
 from schemas.events.site import SiteKeyData, SiteRegisteredData, SiteRemovedData
 from schemas.events.xfer import (
     TransferDoneData,
@@ -98,6 +103,7 @@ SAMPLE_DATA: dict[str, BaseModel] = {
         hostname="nid0001", nodes=(NODE,), deadline=AT + timedelta(hours=1), heartbeat_ttl_s=30
     ),
     "session.closed": SessionClosedData(reason="idle"),
+    "session.expired": SessionExpiredData(leases_expired=2, runs_timed_out=1),
     "xfer.requested": TransferRequestedData(
         job_id=AGGREGATE,
         slot="input",
