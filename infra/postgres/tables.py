@@ -113,6 +113,7 @@ apps = Table(
     Column("parameters", JSONB, nullable=False),
     Column("transfers", JSONB, nullable=False),
     Column("python", Boolean, nullable=False, server_default=text("false")),
+    Column("hooks", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     _ts("updated_at", nullable=False),
     Column("last_seq", BigInteger, nullable=False),
     PrimaryKeyConstraint("site", "name"),

@@ -230,6 +230,7 @@ class Projection:
                         {k: v.model_dump(mode="json") for k, v in app.transfers.items()}
                     ),
                     python=app.python,
+                    hooks=jsonb(list(app.hooks)),
                 )
             case AppRemoved(data=data):
                 self._op("app_removed", **base, name=data.name)

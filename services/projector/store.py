@@ -35,13 +35,13 @@ _OPS: Final[dict[str, LiteralString]] = {
         UPDATE {s}.sites SET removed_at = %(at)s, public_key = NULL, last_seq = %(seq)s
         WHERE name = %(site)s""",
     "app_upserted": """
-        INSERT INTO {s}.apps (site, name, description, parameters, transfers, python,
+        INSERT INTO {s}.apps (site, name, description, parameters, transfers, python, hooks,
                               updated_at, last_seq)
         VALUES (%(site)s, %(name)s, %(description)s, %(parameters)s, %(transfers)s, %(python)s,
-                %(at)s, %(seq)s)
+                %(hooks)s, %(at)s, %(seq)s)
         ON CONFLICT (site, name) DO UPDATE SET description = EXCLUDED.description,
             parameters = EXCLUDED.parameters, transfers = EXCLUDED.transfers,
-            python = EXCLUDED.python, updated_at = EXCLUDED.updated_at,
+            python = EXCLUDED.python, hooks = EXCLUDED.hooks, updated_at = EXCLUDED.updated_at,
             last_seq = EXCLUDED.last_seq""",
     "app_removed": "DELETE FROM {s}.apps WHERE site = %(site)s AND name = %(name)s",
     "batch_requested": """

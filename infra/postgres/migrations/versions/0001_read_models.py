@@ -146,6 +146,12 @@ def _create_sites_and_apps() -> None:
         sa.Column("parameters", pg.JSONB(), nullable=False),
         sa.Column("transfers", pg.JSONB(), nullable=False),
         sa.Column("python", sa.Boolean(), nullable=False, server_default=sa.text("false")),
+        sa.Column(
+            "hooks",
+            pg.JSONB(astext_type=sa.Text()),
+            nullable=False,
+            server_default=sa.text("'[]'::jsonb"),
+        ),
         sa.Column("updated_at", TIMESTAMPTZ, nullable=False),
         sa.Column("last_seq", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("site", "name", name="apps_pkey"),
