@@ -1,0 +1,35 @@
+"""Site applications: definitions, loading from ``apps/``, rendering and the Python runner."""
+
+from agents.site.apps.definition import ApplicationDefinition, Decision, JobContext
+from agents.site.apps.errors import (
+    AppDefinitionError,
+    AppError,
+    AppLoadError,
+    ParameterError,
+    ResultError,
+    UnknownApp,
+)
+from agents.site.apps.loader import app_fingerprint, load_apps, to_app_model
+from agents.site.apps.render import render_command, render_script, resolve_parameters
+from agents.site.apps.spec import AppSpec, Parameter, TransferSlot
+
+__all__ = [
+    "AppDefinitionError",
+    "AppError",
+    "AppLoadError",
+    "AppSpec",
+    "ApplicationDefinition",
+    "Decision",
+    "JobContext",
+    "Parameter",
+    "ParameterError",
+    "ResultError",
+    "TransferSlot",
+    "UnknownApp",
+    "app_fingerprint",
+    "load_apps",
+    "render_command",
+    "render_script",
+    "resolve_parameters",
+    "to_app_model",
+]

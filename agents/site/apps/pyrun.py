@@ -1,0 +1,137 @@
+"""Run a Python-function app inside the job: ``python -m agents.site.apps.pyrun``.
+
+    python -m agents.site.apps.pyrun --apps-dir D --app NAME \\
+        --params-json FILE --result FILE
+
+Writes ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "Type: msg",
+"traceback": "..."}`` to the result file and exits 0 when ``run()`` returned,
+1 when it raised or returned something that is not JSON, and 2 when the app
+could not be started at all (bad apps dir, unknown app, bad parameters); the
+result file then says why. The launcher reads it with ``parse_result``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import traceback
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from agents.site.apps.definition import ApplicationDefinition, JobContext
+from agents.site.apps.errors import AppError, ParameterError, ResultError, UnknownApp
+from agents.site.apps.loader import load_apps
+from agents.site.apps.render import resolve_parameters
+
+EXIT_OK = 0
+EXIT_RAISED = 1
+EXIT_SETUP = 2
+
+
+@dataclass(frozen=True, slots=True)
+class PyRunResult:
+    ok: bool
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+
+
+def parse_result(text: str) -> PyRunResult:
+    """Read a result file's content; ``ValueError`` if it is not one pyrun writes."""
+    doc = json.loads(text)
+    if not isinstance(doc, dict) or not isinstance(doc.get("ok"), bool):
+        raise ValueError("not a pyrun result: expected an object with a boolean 'ok'")  # noqa: TRY004
+    if doc["ok"]:
+        return PyRunResult(ok=True, result=doc.get("result"))
+    return PyRunResult(
+        ok=False, error=str(doc.get("error", "")), traceback=str(doc.get("traceback", ""))
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    result_path = Path(args.result)
+    try:
+        app = _prepare(Path(args.apps_dir), args.app, Path(args.params_json))
+    except (AppError, OSError, ValueError) as exc:
+        _write(result_path, _failure(exc, None))
+        return EXIT_SETUP
+    params, instance = app
+    run = getattr(instance, "run", None)
+    assert callable(run)  # guaranteed by the ApplicationDefinition checks
+    try:
+        value = run(**params)
+    except (Exception, SystemExit) as exc:
+        # Drop pyrun's own frame: the traceback starts in the site author's code.
+        tb = exc.__traceback__.tb_next if exc.__traceback__ else None
+        _write(result_path, _failure(exc, tb))
+        return EXIT_RAISED
+    try:
+        payload = json.dumps({"ok": True, "result": value}, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        error = ResultError(f"run() returned a value that is not JSON-serialisable: {exc}")
+        _write(result_path, _failure(error, None))
+        return EXIT_RAISED
+    _write_text(result_path, payload)
+    return EXIT_OK
+
+
+def _prepare(
+    apps_dir: Path, name: str, params_file: Path
+) -> tuple[dict[str, str], ApplicationDefinition]:
+    apps = load_apps(apps_dir)
+    if name not in apps:
+        raise UnknownApp(f"no app named {name!r} in {apps_dir} (apps: {', '.join(sorted(apps))})")
+    app_cls = apps[name]
+    if not app_cls.spec.is_python:
+        raise UnknownApp(f"app {name!r} is a shell command app, not a Python-function app")
+    given = json.loads(params_file.read_text(encoding="utf-8"))
+    if not isinstance(given, dict):
+        raise ParameterError(f"{params_file} must hold a JSON object of parameter values")
+    params = resolve_parameters(app_cls, given)
+    job = JobContext(
+        job_id=uuid.UUID(os.environ.get("LODE_JOB_ID", str(uuid.UUID(int=0)))),
+        workdir=Path.cwd(),
+        parameters=params,
+        attempt=int(os.environ.get("LODE_JOB_ATTEMPT", "1")),
+    )
+    return params, app_cls(job)
+
+
+def _failure(exc: BaseException, tb: TracebackType | None) -> dict[str, Any]:
+    return {
+        "ok": False,
+        "error": f"{type(exc).__name__}: {exc}",
+        "traceback": "".join(traceback.format_exception(type(exc), exc, tb)) if tb else "",
+    }
+
+
+def _write(path: Path, doc: dict[str, Any]) -> None:
+    _write_text(path, json.dumps(doc))
+
+
+def _write_text(path: Path, text: str) -> None:
+    # Written whole or not at all: the launcher must never read half a result.
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m agents.site.apps.pyrun", description=__doc__)
+    parser.add_argument("--apps-dir", required=True, help="the site's apps/ directory")
+    parser.add_argument("--app", required=True, help="name of the Python-function app")
+    parser.add_argument("--params-json", required=True, help="JSON object of parameter values")
+    parser.add_argument("--result", required=True, help="where to write the result JSON")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

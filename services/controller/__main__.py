@@ -1,0 +1,18 @@
+"""``python -m services.controller``: run the controller with settings from the environment."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from lodestream.settings import Settings
+from services.controller.main import run
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    asyncio.run(run(Settings()))
+
+
+if __name__ == "__main__":
+    main()

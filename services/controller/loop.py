@@ -1,0 +1,232 @@
+"""The controller's consumers: EVENTS (what to react to) and HB (which pilots died).
+
+Every message is acked only after its consequences are appended. Acks are
+explicit and per message, so a crash leaves exactly the unacknowledged
+messages to be redelivered; deciding again yields the same event ids and the
+same expected sequences, so nothing is appended twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections import OrderedDict
+from datetime import UTC, datetime
+from typing import Any
+
+from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import APIError, NotFoundError
+
+from lodestream.eventlog import Appended, EventLog, Rejected
+from schemas.codec import DecodeError, decode
+from schemas.envelope import Event
+from schemas.events import AppRegistered, AppRemoved, AppUpdated, JobCreated
+from schemas.resources import App, JobSpec
+from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from services.controller import decide
+from services.controller.decide import Append
+from services.controller.errors import ReadModelLag
+from services.controller.reads import ReadModel
+
+log = logging.getLogger(__name__)
+
+REACTS_TO = (
+    "created", "awaiting_parents", "finished", "failed", "killed", "run_done",
+    "postprocessed", "staged_out", "reset",
+)  # fmt: skip
+EVENT_FILTERS = [f"evt.*.job.*.{name}" for name in REACTS_TO] + ["evt.*.app.>"]
+MARKER_HEADER = "Nats-Marker-Reason"
+SPEC_CACHE_SIZE = 200_000
+
+
+async def ensure_durable(
+    js: JetStreamContext, stream: str, durable: str, filters: list[str] | None
+) -> None:
+    config = ConsumerConfig(
+        durable_name=durable,
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=10.0,
+        max_ack_pending=20_000,
+        filter_subjects=filters,
+        description="lodestream controller",
+    )
+    try:
+        await js.consumer_info(stream, durable)
+    except NotFoundError:
+        await js.add_consumer(stream, config)
+
+
+class Controller:
+    def __init__(
+        self, js: JetStreamContext, dsn: str, *, durable: str = "controller", batch: int = 500
+    ) -> None:
+        self._js = js
+        self._log = EventLog(js)
+        self._reads = ReadModel(dsn)
+        self._durable = durable
+        self._batch = batch
+        self._apps: dict[tuple[str, str], App] = {}
+        self._specs: OrderedDict[uuid.UUID, JobSpec] = OrderedDict()
+        self.appended = 0
+        self.conflicts = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        self._apps = await self._reads.apps()
+        await ensure_durable(self._js, EVENTS_STREAM, self._durable, EVENT_FILTERS)
+        await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
+        try:
+            await asyncio.gather(
+                self._consume(EVENTS_STREAM, self._durable, self._on_events, stop),
+                self._consume(HB_STREAM, f"{self._durable}-hb", self._on_heartbeats, stop),
+            )
+        finally:
+            await self._reads.close()
+
+    async def _consume(self, stream: str, durable: str, handle: Any, stop: asyncio.Event) -> None:
+        sub = await self._js.pull_subscribe_bind(durable, stream=stream)
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(self._batch, timeout=0.5)
+                except (
+                    TimeoutError
+                ):  # nats-py raises its own subclass or plain asyncio.TimeoutError
+                    continue
+                except (ConnectionClosedError, NoRespondersError, APIError) as exc:
+                    log.warning("controller %s: fetch failed (%s); retrying", stream, exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                try:
+                    await handle(msgs)
+                except ReadModelLag as exc:
+                    # Unacked messages come back after ack_wait; nothing is lost.
+                    log.warning("controller %s: %s; will retry", stream, exc)
+                    continue
+                for msg in msgs:
+                    await msg.ack()
+        finally:
+            await sub.unsubscribe()
+
+    # --- EVENTS ---------------------------------------------------------------------------
+
+    async def _on_events(self, msgs: list[Any]) -> None:
+        items: list[tuple[int, Event]] = []
+        for msg in msgs:
+            try:
+                items.append((msg.metadata.sequence.stream, decode(msg.data)))
+            except DecodeError:
+                continue  # the projector quarantines it; nothing to decide
+        appends: list[Append] = []
+        needs_reads = any(self._needs_reads(e) for _, e in items)
+        if needs_reads:
+            await self._reads.wait_for(max(seq for seq, _ in items))
+        for seq, event in items:
+            appends += await self._decide(seq, event)
+        await self._append(appends)
+
+    def _needs_reads(self, event: Event) -> bool:
+        if isinstance(event, JobCreated):
+            return bool(event.data.parent_ids)
+        return event.type in {"job.awaiting_parents", "job.finished", "job.failed", "job.killed"}
+
+    async def _decide(self, seq: int, event: Event) -> list[Append]:
+        match event:
+            case AppRegistered(data=app) | AppUpdated(data=app):
+                self._apps[(app.site, app.name)] = app
+                return []
+            case AppRemoved(data=data):
+                self._apps.pop((event.site, data.name), None)
+                return []
+            case JobCreated(data=created):
+                self._remember(event.aggregate_id, created)
+                parents = await self._reads.states(list(created.parent_ids))
+                return decide.on_created_or_waiting(
+                    event, event.aggregate_id, seq, created, self._app(created),
+                    parents=parents, waiting=False,
+                )  # fmt: skip
+        spec = await self._spec(event.aggregate_id)
+        if spec is None:
+            return []
+        return await self._follow_up(seq, event, spec)
+
+    async def _follow_up(self, seq: int, event: Event, spec: JobSpec) -> list[Append]:
+        app = self._app(spec)
+        if event.type == "job.awaiting_parents":
+            parents = await self._reads.states(list(spec.parent_ids))
+            return decide.on_created_or_waiting(
+                event, event.aggregate_id, seq, spec, app, parents=parents, waiting=True
+            )
+        if event.type in {"job.finished", "job.failed", "job.killed"}:
+            children = await self._reads.waiting_children(event.aggregate_id)
+            wanted = sorted({p for _, _, child in children for p in child.parent_ids})
+            parents = await self._reads.states(wanted)
+            return decide.on_parent_done(event, children, parents, self._apps)
+        simple = {
+            "job.run_done": lambda: decide.on_run_done(event, seq, spec, app),
+            "job.postprocessed": lambda: decide.on_postprocessed(event, seq, spec, app),
+            "job.staged_out": lambda: decide.on_staged_out(event, seq),
+            "job.reset": lambda: decide.advance(
+                event, event.aggregate_id, seq, spec, app, from_ready=True
+            ),
+        }
+        handler = simple.get(event.type)
+        return handler() if handler else []
+
+    def _app(self, spec: JobSpec) -> App | None:
+        return self._apps.get((spec.site, spec.app))
+
+    def _remember(self, job_id: uuid.UUID, spec: JobSpec) -> None:
+        self._specs[job_id] = spec
+        if len(self._specs) > SPEC_CACHE_SIZE:
+            self._specs.popitem(last=False)
+
+    async def _spec(self, job_id: uuid.UUID) -> JobSpec | None:
+        spec = self._specs.get(job_id)
+        if spec is None:
+            spec = await self._reads.spec(job_id)
+            if spec is not None:
+                self._remember(job_id, spec)
+        return spec
+
+    # --- HB -------------------------------------------------------------------------------
+
+    async def _on_heartbeats(self, msgs: list[Any]) -> None:
+        for msg in msgs:
+            if not msg.headers or MARKER_HEADER not in msg.headers:
+                continue
+            _, site, session = msg.subject.split(".", 2)
+            await self._expire(site, uuid.UUID(session), msg.metadata.sequence.stream)
+
+    async def _expire(self, site: str, session_id: uuid.UUID, marker_seq: int) -> None:
+        """Fence every job the dead session holds; retry until none is left or it moved on."""
+        for _ in range(5):
+            info = await self._js.stream_info(EVENTS_STREAM)
+            await self._reads.wait_for(int(info.state.last_seq))
+            held = await self._reads.held_by(session_id)
+            appends = decide.on_session_expired(
+                site, session_id, marker_seq, held, datetime.now(UTC)
+            )
+            if not await self._append(appends):
+                return
+        log.warning("session %s: leases still moving after 5 expiry rounds", session_id)
+
+    # --- appending ------------------------------------------------------------------------
+
+    async def _append(self, appends: list[Append]) -> int:
+        """Append all; return how many lost their compare-and-set (the aggregate moved on)."""
+        if not appends:
+            return 0
+        results = await self._log.append_many([(a.event, a.expect) for a in appends])
+        lost = 0
+        for result in results:
+            if isinstance(result, Appended):
+                self.appended += 0 if result.duplicate else 1
+            elif isinstance(result, Rejected):
+                lost += 1
+                log.debug("controller: %s", result.error)
+        self.conflicts += lost
+        return lost

@@ -1,0 +1,184 @@
+"""The controller against real nats-server and Postgres, with a live projector."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+import orjson
+import psycopg
+import pytest
+from nats.js import JetStreamContext
+
+from lodestream.eventlog import ConflictError, EventLog
+from schemas.events import Heartbeat, JobKilled, JobRunDone, JobStarted
+from schemas.events.job import RunResultData, StartedData
+from schemas.subjects import EVENTS_STREAM, heartbeat_subject
+from services.controller.loop import Controller
+from tests.support.builders import job_created, site_registered
+from tests.support.projection import running_projector, wait_for_position
+
+SITE, OWNER = "alpha", "ada"
+
+
+@asynccontextmanager
+async def running_controller(js: JetStreamContext, dsn: str) -> AsyncIterator[Controller]:
+    controller = Controller(js, dsn)
+    stop = asyncio.Event()
+    task = asyncio.create_task(controller.run(stop))
+    try:
+        yield controller
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 10)
+
+
+async def history(dsn: str, job_id: uuid.UUID) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT type FROM rm.job_events WHERE job_id = %s ORDER BY seq", (job_id,)
+        )
+        return [r[0] for r in await cursor.fetchall()]
+
+
+async def state_of(dsn: str, job_id: uuid.UUID) -> tuple[str, int] | None:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute("SELECT state, last_seq FROM rm.jobs WHERE id = %s", (job_id,))
+        row = await cursor.fetchone()
+        return (str(row[0]), int(row[1])) if row else None
+
+
+async def until_state(dsn: str, job_id: uuid.UUID, state: str, timeout_s: float = 20) -> int:
+    async with asyncio.timeout(timeout_s):
+        while True:
+            current = await state_of(dsn, job_id)
+            if current and current[0] == state:
+                return current[1]
+            await asyncio.sleep(0.02)
+
+
+async def run_to_done(log: EventLog, job_id: uuid.UUID, after: int) -> int:
+    """What a launcher appends: start (taking the lease) and finish, chained by CAS."""
+    session = uuid.uuid4()
+    started = JobStarted.create(
+        site=SITE, aggregate_id=job_id, actor=f"launcher:{session}",
+        data=StartedData(session_id=session, skipped=("job.leased",)),
+    )  # fmt: skip
+    seq = (await log.append(started, expect=after)).seq
+    done = JobRunDone.create(
+        site=SITE, aggregate_id=job_id, actor=f"launcher:{session}",
+        data=RunResultData(return_code=0),
+    )  # fmt: skip
+    return (await log.append(done, expect=seq)).seq
+
+
+async def test_a_job_without_parents_becomes_runnable_in_one_step_and_finishes(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    created = job_created(SITE, OWNER)
+    await log.append(created, expect=0)
+    async with running_projector(js, database_url), running_controller(js, database_url):
+        seq = await until_state(database_url, created.aggregate_id, "PREPROCESSED")
+        await run_to_done(log, created.aggregate_id, seq)
+        await until_state(database_url, created.aggregate_id, "JOB_FINISHED")
+    assert await history(database_url, created.aggregate_id) == [
+        "job.created", "job.preprocessed", "job.started", "job.run_done", "job.finished",
+    ]  # fmt: skip
+
+
+async def test_dag_children_wait_for_all_parents_then_run(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    left, right = job_created(SITE, OWNER), job_created(SITE, OWNER)
+    child = job_created(SITE, OWNER, parent_ids=[left.aggregate_id, right.aggregate_id])
+    for event in (left, right, child):
+        await log.append(event, expect=0)
+    async with running_projector(js, database_url), running_controller(js, database_url):
+        await until_state(database_url, child.aggregate_id, "AWAITING_PARENTS")
+        seq = await until_state(database_url, left.aggregate_id, "PREPROCESSED")
+        await run_to_done(log, left.aggregate_id, seq)
+        await until_state(database_url, left.aggregate_id, "JOB_FINISHED")
+        await asyncio.sleep(0.3)  # give a wrong release the chance to happen
+        assert (await state_of(database_url, child.aggregate_id) or ("",))[0] == "AWAITING_PARENTS"
+        seq = await until_state(database_url, right.aggregate_id, "PREPROCESSED")
+        await run_to_done(log, right.aggregate_id, seq)
+        await until_state(database_url, child.aggregate_id, "PREPROCESSED")
+    assert await history(database_url, child.aggregate_id) == [
+        "job.created", "job.awaiting_parents", "job.preprocessed",
+    ]  # fmt: skip
+
+
+async def test_failure_propagates_down_the_dag_with_its_cause(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    root = job_created(SITE, OWNER)
+    child = job_created(SITE, OWNER, parent_ids=[root.aggregate_id])
+    grandchild = job_created(SITE, OWNER, parent_ids=[child.aggregate_id])
+    for event in (root, child, grandchild):
+        await log.append(event, expect=0)
+    async with running_projector(js, database_url), running_controller(js, database_url):
+        await until_state(database_url, grandchild.aggregate_id, "AWAITING_PARENTS")
+        seq = await until_state(database_url, root.aggregate_id, "PREPROCESSED")
+        kill = JobKilled.create(site=SITE, aggregate_id=root.aggregate_id, actor=f"user:{OWNER}")
+        await log.append(kill, expect=seq)
+        await until_state(database_url, grandchild.aggregate_id, "FAILED")
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute(
+            "SELECT last_error FROM rm.jobs WHERE id = %s", (grandchild.aggregate_id,)
+        )
+        (error,) = await cursor.fetchone() or ("",)
+    assert f"parent {child.aggregate_id} FAILED" in error
+
+
+async def test_dead_session_is_fenced_and_a_restart_re_emits_nothing(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    created = job_created(SITE, OWNER)
+    await log.append(created, expect=0)
+    session = uuid.uuid4()
+    async with running_projector(js, database_url):
+        async with running_controller(js, database_url):
+            seq = await until_state(database_url, created.aggregate_id, "PREPROCESSED")
+            heartbeat = Heartbeat(session_id=session, site=SITE, at=datetime.now(UTC))
+            await js.publish(
+                heartbeat_subject(SITE, session), orjson.dumps(heartbeat.model_dump(mode="json")),
+                msg_ttl=1,
+            )  # fmt: skip
+            started = JobStarted.create(
+                site=SITE, aggregate_id=created.aggregate_id, actor=f"launcher:{session}",
+                data=StartedData(session_id=session, skipped=("job.leased",)),
+            )  # fmt: skip
+            lease = (await log.append(started, expect=seq)).seq
+            # No more heartbeats: the server's TTL expires it and the controller fences.
+            await until_state(database_url, created.aggregate_id, "RUN_TIMEOUT", timeout_s=30)
+            # The zombie's late result is refused: its chain is broken.
+            late = JobRunDone.create(
+                site=SITE, aggregate_id=created.aggregate_id, actor=f"launcher:{session}",
+                data=RunResultData(return_code=0),
+            )  # fmt: skip
+            try:
+                await log.append(late, expect=lease)
+                raise AssertionError("a fenced launcher's append was accepted")
+            except Exception as exc:
+                assert type(exc).__name__ == "ConflictError"
+        info = await js.stream_info(EVENTS_STREAM)
+        before = info.state.last_seq
+        async with running_controller(js, database_url):
+            await asyncio.sleep(1.0)
+        info = await js.stream_info(EVENTS_STREAM)
+        assert info.state.last_seq == before
+        await wait_for_position(database_url, before)
+    assert await history(database_url, created.aggregate_id) == [
+        "job.created", "job.preprocessed", "job.started", "job.run_timed_out",
+    ]  # fmt: skip
