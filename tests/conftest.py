@@ -4,4 +4,5 @@ pytest_plugins = [
     "tests.fixtures.ports",
     "tests.fixtures.nats",
     "tests.fixtures.postgres",
+    "tests.fixtures.api",
 ]

@@ -23,7 +23,6 @@ from typing import Any
 
 import psycopg
 from nats.errors import ConnectionClosedError, NoRespondersError
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
@@ -108,7 +107,9 @@ class Projector:
             while not stop.is_set():
                 try:
                     msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout_s)
-                except NatsTimeoutError:
+                except (
+                    TimeoutError
+                ):  # nats-py raises its own subclass or plain asyncio.TimeoutError
                     continue
                 except (ConnectionClosedError, NoRespondersError, APIError) as exc:
                     log.warning("projector %s: fetch failed (%s); retrying", self._stream, exc)

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from psycopg import AsyncConnection, sql
@@ -88,7 +87,7 @@ async def read_stream(
         while seen < last:
             try:
                 msgs = await sub.fetch(batch, timeout=2.0)
-            except NatsTimeoutError:
+            except TimeoutError:  # nats-py raises its own subclass or plain asyncio.TimeoutError
                 continue
             raws = [raw_from_msg(stream, m) for m in msgs]
             raws = [r for r in raws if r.seq <= last]

@@ -10,10 +10,9 @@ from datetime import UTC, datetime
 
 import orjson
 import psycopg
-import pytest
 from nats.js import JetStreamContext
 
-from lodestream.eventlog import ConflictError, EventLog
+from lodestream.eventlog import EventLog
 from schemas.events import Heartbeat, JobKilled, JobRunDone, JobStarted
 from schemas.events.job import RunResultData, StartedData
 from schemas.subjects import EVENTS_STREAM, heartbeat_subject
