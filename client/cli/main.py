@@ -15,6 +15,7 @@ app = typer.Typer(
 app.command("up")(stack.up)
 app.command("api")(services.api)
 app.command("migrate")(services.migrate)
+app.command("controller")(services.controller)
 app.add_typer(services.projector_app, name="projector")
 app.add_typer(services.user_app, name="user")
 app.add_typer(jobs.site_app, name="site")

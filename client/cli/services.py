@@ -39,6 +39,13 @@ def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
     console.print("migrations applied")
 
 
+def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Run the controller (DAG release, lease expiry and fencing) until SIGINT/SIGTERM."""
+    from services.controller.main import run  # noqa: PLC0415
+
+    asyncio.run(run(_settings(state_dir)))
+
+
 @projector_app.command("run")
 def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the live projector until SIGINT/SIGTERM."""

@@ -1,4 +1,4 @@
-"""``lode up``: nats-server, Postgres, migrations, streams, api and projector on loopback.
+"""``lode up``: nats-server, Postgres, migrations, streams, api, projector, controller.
 
 The stack is a set of real processes — the same binaries and services an
 operator runs at scale — started from a state directory that a second
@@ -126,7 +126,11 @@ class EmbeddedStack:
             ServiceProcess(
                 name, [sys.executable, "-m", module], env, self.state.logs / f"{name}.log"
             )
-            for name, module in (("projector", "services.projector"), ("api", "services.api"))
+            for name, module in (
+                ("projector", "services.projector"),
+                ("controller", "services.controller"),
+                ("api", "services.api"),
+            )
         ]
         for service in self.services:
             service.start()
