@@ -1,0 +1,116 @@
+"""A site's ``settings.yml``, validated by pydantic models with errors that name the field.
+
+    site: theta-like
+    nats:
+      url: wss://127.0.0.1:14443
+      ca_file: ca.pem            # relative paths are relative to the site directory
+      seed_file: site.nk
+    api_url: http://127.0.0.1:8400
+    launcher:
+      heartbeat_ttl_s: 10
+      idle_ttl_s: 60
+      virtual_nodes: 1
+    processing:
+      retry_budget: 3
+
+Only entry points (``lode site start``, ``lode launcher``) read the file.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.subjects import SiteSlug
+
+SETTINGS_FILE = "settings.yml"
+
+
+class SiteSettingsError(ValueError):
+    """settings.yml is missing, not YAML, or fails validation; the message says where."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class SiteNats(_Strict):
+    url: str = Field(pattern=r"^(wss|tls|nats)://")
+    ca_file: Path | None = None
+    seed_file: Path = Path("site.nk")
+
+
+class LauncherSettings(_Strict):
+    heartbeat_ttl_s: int = Field(10, ge=2, le=600)
+    idle_ttl_s: float = Field(60.0, ge=0)
+    virtual_nodes: int = Field(1, ge=1, le=1024)
+    cores_per_node: int | None = Field(None, ge=1)
+    gpus_per_node: int | None = Field(None, ge=0)
+    app_launcher: Literal["local", "fake"] = "local"
+    max_fetch: int = Field(256, ge=1, le=10_000)
+
+
+class ProcessingSettings(_Strict):
+    retry_budget: int = Field(3, ge=0, le=100)
+    workers: int = Field(4, ge=1, le=64)
+
+
+class CleanerSettings(_Strict):
+    interval_s: float = Field(30.0, gt=0)
+
+
+class SiteSettings(_Strict):
+    site: SiteSlug
+    nats: SiteNats
+    api_url: str = "http://127.0.0.1:8400"
+    launcher: LauncherSettings = LauncherSettings()
+    processing: ProcessingSettings = ProcessingSettings()
+    cleaner: CleanerSettings = CleanerSettings()
+    directory: Path = Path()
+
+    @property
+    def seed_path(self) -> Path:
+        """Relative paths in the file are relative to the site directory, not the cwd."""
+        return self.directory / self.nats.seed_file
+
+    @property
+    def ca_path(self) -> Path | None:
+        return self.directory / self.nats.ca_file if self.nats.ca_file else None
+
+    @property
+    def apps_dir(self) -> Path:
+        return self.directory / "apps"
+
+    @property
+    def data_dir(self) -> Path:
+        return self.directory / "data"
+
+    @property
+    def log_dir(self) -> Path:
+        return self.directory / "log"
+
+    def to_yaml(self) -> str:
+        data: dict[str, Any] = self.model_dump(mode="json", exclude={"directory"})
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+def load_site_settings(directory: Path) -> SiteSettings:
+    path = directory / SETTINGS_FILE
+    if not path.is_file():
+        raise SiteSettingsError(f"{path}: not found — create the site with `lode site init`")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise SiteSettingsError(f"{path}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise SiteSettingsError(f"{path}: expected a mapping of settings, got {type(raw).__name__}")
+    try:
+        return SiteSettings.model_validate({**raw, "directory": directory.absolute()})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise SiteSettingsError(f"{path}: {problems}") from exc
