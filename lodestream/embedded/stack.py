@@ -18,6 +18,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import SecretStr
+
 from infra.nats.auth import CONTROL_USER, new_password, render_authorization
 from infra.nats.config import NatsServerConfig
 from infra.nats.server import NatsServer
@@ -106,7 +108,7 @@ class EmbeddedStack:
         nats_settings = NatsSettings(
             url=self.nats.client_url,
             user=CONTROL_USER,
-            password=password,  # type: ignore[arg-type]
+            password=SecretStr(password),
         )
         asyncio.run(_ensure_streams(nats_settings))
 

@@ -7,14 +7,16 @@ import logging
 import uvicorn
 
 from lodestream.settings import Settings
-from services.api.main import create_app
+from services.api.main import create_app, tune_gc
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     settings = Settings()
+    app = create_app(settings)
+    tune_gc()
     uvicorn.run(
-        create_app(settings),
+        app,
         host=settings.api.host,
         port=settings.api.port,
         log_level="warning",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Final
 
 from fastapi import FastAPI
@@ -29,23 +29,22 @@ MAX_BODY_BYTES: Final = 64 * 1024 * 1024
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        # Reads are single statements: autocommit, so no request holds a transaction open.
-        engine = create_async_engine(
-            sqlalchemy_url(settings.database_url),
-            isolation_level="AUTOCOMMIT",
-            pool_size=DB_POOL_SIZE,
-            max_overflow=DB_MAX_OVERFLOW,
-        )
-        nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-api"}))
-        # A whole submission may be in flight at once.
-        js = JetStream(nc, publish_async_max_pending=2 * settings.api.max_jobs_per_request)
-        try:
+        async with AsyncExitStack() as cleanup:
+            # Reads are single statements: autocommit, so no request holds a transaction open.
+            engine = create_async_engine(
+                sqlalchemy_url(settings.database_url),
+                isolation_level="AUTOCOMMIT",
+                pool_size=DB_POOL_SIZE,
+                max_overflow=DB_MAX_OVERFLOW,
+            )
+            cleanup.push_async_callback(engine.dispose)
+            nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-api"}))
+            cleanup.push_async_callback(nc.close)
+            # A whole submission may be in flight at once.
+            js = JetStream(nc, publish_async_max_pending=2 * settings.api.max_jobs_per_request)
             await ensure_streams(js, settings.nats.stream_replicas)
             app.state.context = ApiContext(settings, engine, nc, js, EventLog(js))
             yield
-        finally:
-            await nc.close()
-            await engine.dispose()
 
     app = FastAPI(
         title="lodestream",
@@ -70,10 +69,3 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, 20, 20)
-
-
-def serve(settings: Settings) -> None:
-    import uvicorn  # noqa: PLC0415 - only the entry point needs the server
-
-    tune_gc()
-    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port)

@@ -94,11 +94,11 @@ async def catalog(
     if ids:
         # Any owner: an id is global. The created event tells a retry from a clash.
         result = await conn.execute(
-            select(jobs.c.id, jobs.c.created_seq, job_events.c.event_id)
+            select(jobs.c.id, jobs.c.owner, jobs.c.created_seq, job_events.c.event_id)
             .select_from(jobs.outerjoin(job_events, job_events.c.seq == jobs.c.created_seq))
             .where(jobs.c.id == _ids("ids", ids))
         )
-        existing = {row.id: Existing(row.event_id, row.created_seq) for row in result}
+        existing = {row.id: Existing(row.owner, row.event_id, row.created_seq) for row in result}
     return Catalog(sites=own_sites, apps=app_map, own_jobs=own_jobs, existing=existing)
 
 

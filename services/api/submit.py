@@ -52,6 +52,7 @@ class AppInterface:
 class Existing:
     """A job that already exists under an id this request uses."""
 
+    owner: str
     created_event_id: uuid.UUID | None
     created_seq: int
 
@@ -200,7 +201,7 @@ def build_events(
         eid = event_id(job_id, key)
         existing = catalog.existing.get(job_id)
         if existing is not None:
-            if existing.created_event_id == eid:
+            if existing.owner == user and existing.created_event_id == eid:
                 already[index] = existing
             else:
                 conflicts.append(

@@ -21,9 +21,17 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
 
 from lodestream.eventlog import Appended, EventLog, Rejected
+from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from schemas.codec import DecodeError, decode
 from schemas.envelope import Event
-from schemas.events import AppRegistered, AppRemoved, AppUpdated, JobCreated
+from schemas.events import (
+    AppRegistered,
+    AppRemoved,
+    AppUpdated,
+    JobCreated,
+    SiteRegistered,
+    SiteRemoved,
+)
 from schemas.resources import App, JobSpec
 from schemas.subjects import EVENTS_STREAM, HB_STREAM
 from services.controller import decide
@@ -37,7 +45,7 @@ REACTS_TO = (
     "created", "awaiting_parents", "finished", "failed", "killed", "run_done",
     "postprocessed", "staged_out", "reset",
 )  # fmt: skip
-EVENT_FILTERS = [f"evt.*.job.*.{name}" for name in REACTS_TO] + ["evt.*.app.>"]
+EVENT_FILTERS = [f"evt.*.job.*.{name}" for name in REACTS_TO] + ["evt.*.app.>", "evt.*.site.>"]
 MARKER_HEADER = "Nats-Marker-Reason"
 SPEC_CACHE_SIZE = 200_000
 
@@ -76,6 +84,8 @@ class Controller:
 
     async def run(self, stop: asyncio.Event) -> None:
         self._apps = await self._reads.apps()
+        for site in await self._reads.live_sites():
+            await ensure_site_consumers(self._js, site)
         await ensure_durable(self._js, EVENTS_STREAM, self._durable, EVENT_FILTERS)
         await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
         try:
@@ -134,13 +144,10 @@ class Controller:
         return event.type in {"job.awaiting_parents", "job.finished", "job.failed", "job.killed"}
 
     async def _decide(self, seq: int, event: Event) -> list[Append]:
+        if event.kind in {"app", "site"}:
+            await self._learn(event)
+            return []
         match event:
-            case AppRegistered(data=app) | AppUpdated(data=app):
-                self._apps[(app.site, app.name)] = app
-                return []
-            case AppRemoved(data=data):
-                self._apps.pop((event.site, data.name), None)
-                return []
             case JobCreated(data=created):
                 self._remember(event.aggregate_id, created)
                 parents = await self._reads.states(list(created.parent_ids))
@@ -175,6 +182,18 @@ class Controller:
         }
         handler = simple.get(event.type)
         return handler() if handler else []
+
+    async def _learn(self, event: Event) -> None:
+        """Apps and sites: what the controller must know, and the consumers it must provide."""
+        match event:
+            case AppRegistered(data=app) | AppUpdated(data=app):
+                self._apps[(app.site, app.name)] = app
+            case AppRemoved(data=data):
+                self._apps.pop((event.site, data.name), None)
+            case SiteRegistered():
+                await ensure_site_consumers(self._js, event.site)
+            case SiteRemoved():
+                await remove_site_consumers(self._js, event.site)
 
     def _app(self, spec: JobSpec) -> App | None:
         return self._apps.get((spec.site, spec.app))

@@ -105,6 +105,11 @@ class ReadModel:
             for r in await cursor.fetchall()
         ]
 
+    async def live_sites(self) -> list[str]:
+        conn = await self._c()
+        cursor = await conn.execute("SELECT name FROM rm.sites WHERE removed_at IS NULL")
+        return [str(r[0]) for r in await cursor.fetchall()]
+
     async def apps(self) -> dict[tuple[str, str], App]:
         conn = await self._c()
         cursor = await conn.execute(
