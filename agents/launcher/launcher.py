@@ -19,6 +19,7 @@ import contextlib
 import logging
 import socket
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,6 +71,7 @@ class Launcher:
         data_dir: Path,
         idle_ttl_s: float,
         max_fetch: int = 256,
+        base_env: Mapping[str, str] | None = None,
     ) -> None:
         self._js = js
         self._log = EventLog(js)
@@ -82,6 +84,7 @@ class Launcher:
         self._data_dir = data_dir
         self._idle_ttl_s = idle_ttl_s
         self._max_fetch = max_fetch
+        self._base_env = dict(base_env or {})  # tasks inherit only what the entry point passes
         self._reaper = Reaper()
         self._jobs: set[asyncio.Task[None]] = set()
         # job id -> last sequence of our CAS chain; present only while we may still report
@@ -242,7 +245,7 @@ class Launcher:
             context = JobContext.from_spec(item.job_id, item.spec, self._data_dir,
                                            attempt=item.attempt)  # fmt: skip
             spec = TaskSpec(
-                job_id=job_id, script=render_script(app, context), workdir=workdir, env={},
+                job_id=job_id, script=render_script(app, context), workdir=workdir, env=self._base_env,
                 allocation=allocation, stdout_path=workdir / "job.out",
                 stderr_path=workdir / "job.err", ranks_per_node=item.spec.ranks_per_node,
                 threads_per_rank=item.spec.threads_per_rank,

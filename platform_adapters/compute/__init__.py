@@ -1,0 +1,21 @@
+"""Compute nodes: discovery backends and per-node bookkeeping."""
+
+from platform_adapters.compute.base import (
+    ComputeNode,
+    NodeDiscovery,
+    NodePlacement,
+    NodeSpec,
+)
+from platform_adapters.compute.local import local_nodes, parse_cuda_visible_devices
+from platform_adapters.compute.registry import get_node_discovery, node_discovery_names
+
+__all__ = [
+    "ComputeNode",
+    "NodeDiscovery",
+    "NodePlacement",
+    "NodeSpec",
+    "get_node_discovery",
+    "local_nodes",
+    "node_discovery_names",
+    "parse_cuda_visible_devices",
+]

@@ -1,0 +1,64 @@
+"""Errors of the platform adapters.
+
+PlatformError
+├── ResourceError
+│   ├── InvalidNodeSpec        a node description is malformed (duplicate ids, duplicate hostnames)
+│   ├── InvalidRequest         a job's resource request is malformed or already allocated
+│   ├── InsufficientResources  assign() on a node that cannot hold the job right now
+│   └── UnknownJob             release() of a job id that holds nothing here
+├── DiscoveryError             the host cannot be described as the nodes asked for
+├── LaunchError
+│   ├── StartFailed            the task's process could not be started; nothing is running
+│   └── WaitTimedOut           wait(timeout) returned before the task ended; it still runs
+└── UnknownBackend             no backend is registered under that name
+"""
+
+from __future__ import annotations
+
+
+class PlatformError(Exception):
+    """Base of platform adapter errors."""
+
+
+class ResourceError(PlatformError):
+    """Base of node and packing errors."""
+
+
+class InvalidNodeSpec(ResourceError, ValueError):
+    """A NodeSpec (or a set of them) cannot describe real nodes."""
+
+
+class InvalidRequest(ResourceError, ValueError):
+    """A JobRequest has out-of-range values, or its job id is already allocated."""
+
+
+class InsufficientResources(ResourceError):
+    """A node was asked to hold a job that does not fit on it now; callers check ``fits`` first."""
+
+
+class UnknownJob(ResourceError, KeyError):
+    """A job id was released that holds no resources here (released twice, or never assigned)."""
+
+    def __str__(self) -> str:
+        # KeyError would repr() the message and wrap it in quotes.
+        return str(self.args[0]) if self.args else ""
+
+
+class DiscoveryError(PlatformError, ValueError):
+    """The local host's cores and GPUs cannot be split into the nodes asked for."""
+
+
+class LaunchError(PlatformError):
+    """Base of app launcher errors."""
+
+
+class StartFailed(LaunchError):
+    """The task's process was not started (workdir, output files, exec); nothing needs cleaning."""
+
+
+class WaitTimedOut(LaunchError, TimeoutError):
+    """``RunningTask.wait(timeout)`` gave up; the task keeps running."""
+
+
+class UnknownBackend(PlatformError, LookupError):
+    """A registry was asked for a backend name it does not know; the message lists known names."""
