@@ -245,7 +245,8 @@ class Launcher:
             context = JobContext.from_spec(item.job_id, item.spec, self._data_dir,
                                            attempt=item.attempt)  # fmt: skip
             spec = TaskSpec(
-                job_id=job_id, script=render_script(app, context), workdir=workdir, env=self._base_env,
+                job_id=job_id, script=render_script(app, context), workdir=workdir,
+                env=self._base_env,
                 allocation=allocation, stdout_path=workdir / "job.out",
                 stderr_path=workdir / "job.err", ranks_per_node=item.spec.ranks_per_node,
                 threads_per_rank=item.spec.threads_per_rank,
