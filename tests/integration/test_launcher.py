@@ -1,0 +1,127 @@
+"""The pilot end to end: wss + site nkey, projector, controller, launcher running real tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import psycopg
+from nats.js import JetStreamContext
+
+from agents.launcher.launcher import LauncherReport
+from agents.launcher.main import run as run_launcher
+from lodestream.eventlog import EventLog, ensure_streams
+from lodestream.natsconn import connect
+from schemas.events import JobCreated
+from tests.fixtures.nats import SecureNats
+from tests.integration.test_controller import running_controller
+from tests.support.builders import job_created, site_registered
+from tests.support.projection import running_projector
+from tests.support.site import make_site_dir
+
+SITE, OWNER = "alpha", "ada"
+
+
+@asynccontextmanager
+async def control_plane(secure_nats: SecureNats, dsn: str) -> AsyncIterator[JetStreamContext]:
+    nc = await connect(secure_nats.settings())
+    try:
+        js = nc.jetstream()
+        await ensure_streams(js)
+        async with running_projector(js, dsn), running_controller(js, dsn):
+            yield js
+    finally:
+        await nc.close()
+
+
+async def states(dsn: str, ids: list[uuid.UUID]) -> dict[str, int]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT state, count(*) FROM rm.jobs WHERE id = ANY(%s) GROUP BY state", (ids,)
+        )
+        return {str(s): int(n) for s, n in await cursor.fetchall()}
+
+
+async def until_all(dsn: str, ids: list[uuid.UUID], state: str, timeout_s: float = 60) -> None:
+    async with asyncio.timeout(timeout_s):
+        while (await states(dsn, ids)).get(state, 0) < len(ids):
+            await asyncio.sleep(0.05)
+
+
+async def started_counts(dsn: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, int]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT job_id, count(*) FROM rm.job_events WHERE job_id = ANY(%s) "
+            "AND type = 'job.started' GROUP BY job_id",
+            (ids,),
+        )
+        return {r[0]: int(r[1]) for r in await cursor.fetchall()}
+
+
+async def submit(js: JetStreamContext, jobs: list[JobCreated]) -> list[uuid.UUID]:
+    log = EventLog(js)
+    results = await log.append_many([(j, 0) for j in jobs])
+    assert all(type(r).__name__ == "Appended" for r in results)
+    return [j.aggregate_id for j in jobs]
+
+
+async def test_launcher_runs_jobs_to_completion_over_wss(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_site_dir(
+        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
+        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
+    )  # fmt: skip
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        jobs = [
+            job_created(
+                SITE, OWNER, app="hello", workdir=f"hello/{i}",
+                parameters={"who": f"job {i}; rm -rf /"},
+            )
+            for i in range(20)
+        ]  # fmt: skip
+        bad = job_created(SITE, OWNER, app="fails", workdir="bad", parameters={"why": "boom"})
+        ids = await submit(js, [*jobs, bad])
+        stop = asyncio.Event()
+        launcher = asyncio.create_task(
+            run_launcher(settings.directory, wall_time_min=10, stop=stop)
+        )
+        await until_all(database_url, ids[:-1], "JOB_FINISHED")
+        await until_all(database_url, ids[-1:], "RUN_ERROR")
+        stop.set()
+        report: LauncherReport = await asyncio.wait_for(launcher, 30)
+    assert report.finished == 20
+    assert report.errored == 1
+    assert set((await started_counts(database_url, ids)).values()) == {1}
+    greeting = (settings.data_dir / "hello" / "3" / "greeting.txt").read_text()
+    assert greeting == "hello job 3; rm -rf /\n"
+
+
+async def test_two_launchers_never_run_the_same_job_twice(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_site_dir(
+        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
+        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
+    )  # fmt: skip
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        ids = await submit(
+            js, [job_created(SITE, OWNER, app="hello", workdir=f"h/{i}") for i in range(200)]
+        )
+        stop = asyncio.Event()
+        pilots = [
+            asyncio.create_task(run_launcher(settings.directory, wall_time_min=10, stop=stop))
+            for _ in range(2)
+        ]
+        await until_all(database_url, ids, "JOB_FINISHED", timeout_s=120)
+        stop.set()
+        reports = await asyncio.gather(*pilots)
+    assert sum(r.finished for r in reports) == 200
+    counts = await started_counts(database_url, ids)
+    assert len(counts) == 200
+    assert set(counts.values()) == {1}

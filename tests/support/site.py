@@ -1,0 +1,32 @@
+"""A site directory on disk for tests: settings.yml, credentials, apps, data."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from agents.site.settings import SiteSettings, load_site_settings
+
+TEST_APPS = Path(__file__).parent.parent / "data" / "apps"
+
+
+def make_site_dir(
+    root: Path, site: str, *, wss_url: str, ca_file: Path, seed_file: Path, **launcher: object
+) -> SiteSettings:
+    directory = root / site
+    for sub in ("apps", "data", "log"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    shutil.copy(ca_file, directory / "ca.pem")
+    shutil.copy(seed_file, directory / "site.nk")
+    for app in TEST_APPS.glob("*.py"):
+        shutil.copy(app, directory / "apps" / app.name)
+    settings = SiteSettings.model_validate(
+        {
+            "site": site,
+            "nats": {"url": wss_url, "ca_file": "ca.pem", "seed_file": "site.nk"},
+            "launcher": {"heartbeat_ttl_s": 3, "idle_ttl_s": 30, "virtual_nodes": 2,
+                         "cores_per_node": 4, **launcher},
+        }
+    )  # fmt: skip
+    (directory / "settings.yml").write_text(settings.to_yaml())
+    return load_site_settings(directory)
