@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import gc
 from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager, suppress
 from typing import Final
 
 from fastapi import FastAPI
+from nats.aio.client import Client
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from infra.postgres.migrate import sqlalchemy_url
@@ -39,7 +40,7 @@ def create_app(settings: Settings) -> FastAPI:
             )
             cleanup.push_async_callback(engine.dispose)
             nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-api"}))
-            cleanup.push_async_callback(nc.close)
+            cleanup.push_async_callback(_close, nc)
             # A whole submission may be in flight at once.
             js = JetStream(nc, publish_async_max_pending=2 * settings.api.max_jobs_per_request)
             await ensure_streams(js, settings.nats.stream_replicas)
@@ -56,6 +57,13 @@ def create_app(settings: Settings) -> FastAPI:
     for module in (jobs, sites, apps, events, health):
         app.include_router(module.router)
     return app
+
+
+async def _close(nc: Client) -> None:
+    # nats-py raises from close() when the connection was lost mid-reconnect; at shutdown
+    # there is nothing left to flush, so that must not turn into a failed shutdown.
+    with suppress(OSError):
+        await nc.close()
 
 
 def tune_gc() -> None:

@@ -157,7 +157,7 @@ def on_run_done(cause: Event, seq: int, spec: JobSpec, app: App | None) -> list[
     else:
         event = JobFinished.create(
             site=spec.site, aggregate_id=job_id, actor=ACTOR,
-            data=StepData(skipped=("job.postprocessed", "job.staged_out")),
+            data=StepData(skipped=("job.postprocessed", "job.staged_out"), work=spec),
             event_id=_id(cause.id, "job.finished", job_id), causation_id=cause.id,
         )  # fmt: skip
     return [Append(event, seq)]
@@ -169,16 +169,16 @@ def on_postprocessed(cause: Event, seq: int, spec: JobSpec, app: App | None) -> 
     job_id = cause.aggregate_id
     event = JobFinished.create(
         site=spec.site, aggregate_id=job_id, actor=ACTOR,
-        data=StepData(skipped=("job.staged_out",)),
+        data=StepData(skipped=("job.staged_out",), work=spec),
         event_id=_id(cause.id, "job.finished", job_id), causation_id=cause.id,
     )  # fmt: skip
     return [Append(event, seq)]
 
 
-def on_staged_out(cause: Event, seq: int) -> list[Append]:
+def on_staged_out(cause: Event, seq: int, spec: JobSpec) -> list[Append]:
     job_id = cause.aggregate_id
     event = JobFinished.create(
-        site=cause.site, aggregate_id=job_id, actor=ACTOR,
+        site=cause.site, aggregate_id=job_id, actor=ACTOR, data=StepData(work=spec),
         event_id=_id(cause.id, "job.finished", job_id), causation_id=cause.id,
     )  # fmt: skip
     return [Append(event, seq)]

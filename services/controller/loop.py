@@ -175,7 +175,7 @@ class Controller:
         simple = {
             "job.run_done": lambda: decide.on_run_done(event, seq, spec, app),
             "job.postprocessed": lambda: decide.on_postprocessed(event, seq, spec, app),
-            "job.staged_out": lambda: decide.on_staged_out(event, seq),
+            "job.staged_out": lambda: decide.on_staged_out(event, seq, spec),
             "job.reset": lambda: decide.advance(
                 event, event.aggregate_id, seq, spec, app, from_ready=True
             ),

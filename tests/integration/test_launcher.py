@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 
 from agents.launcher.launcher import LauncherReport
 from agents.launcher.main import run as run_launcher
+from agents.site.main import run as run_site_agent
 from lodestream.eventlog import EventLog, ensure_streams
 from lodestream.natsconn import connect
 from schemas.events import JobCreated
@@ -125,3 +126,40 @@ async def test_two_launchers_never_run_the_same_job_twice(
     counts = await started_counts(database_url, ids)
     assert len(counts) == 200
     assert set(counts.values()) == {1}
+
+
+async def test_errors_are_retried_within_the_budget_then_fail_with_cause(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_site_dir(
+        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
+        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
+    )  # fmt: skip
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        flaky = job_created(SITE, OWNER, app="flaky", workdir="flaky", parameters={"tag": "x"})
+        doomed = job_created(SITE, OWNER, app="fails", workdir="doomed", parameters={"why": "no"})
+        ids = await submit(js, [flaky, doomed])
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(run_site_agent(settings.directory, stop=stop)),
+            asyncio.create_task(run_launcher(settings.directory, wall_time_min=10, stop=stop)),
+        ]
+        await until_all(database_url, ids[:1], "JOB_FINISHED")
+        await until_all(database_url, ids[1:], "FAILED")
+        stop.set()
+        await asyncio.gather(*tasks)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute(
+            "SELECT type FROM rm.job_events WHERE job_id = %s ORDER BY seq", (ids[0],)
+        )
+        flaky_history = [r[0] for r in await cursor.fetchall()]
+        cursor = await conn.execute("SELECT last_error FROM rm.jobs WHERE id = %s", (ids[1],))
+        (doomed_error,) = await cursor.fetchone() or ("",)
+    assert flaky_history == [
+        "job.created", "job.preprocessed", "job.started", "job.run_errored",
+        "job.restart_ready", "job.started", "job.run_done", "job.finished",
+    ]  # fmt: skip
+    # retry_budget defaults to 3: four attempts, then FAILED with the stderr as cause.
+    assert "retry budget exhausted" in doomed_error
+    assert "no" in doomed_error

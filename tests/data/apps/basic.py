@@ -23,3 +23,12 @@ class Fails(ApplicationDefinition):
 
     name = "fails"
     command_template = "echo {{ why }} >&2; exit 3"
+
+
+class Flaky(ApplicationDefinition):
+    """Fails on its first attempt, succeeds on the next: exercises handle_error → retry."""
+
+    name = "flaky"
+    command_template = (
+        'if [ "$LODE_JOB_ATTEMPT" -lt 2 ]; then echo first try fails {{ tag }} >&2; exit 1; fi'
+    )

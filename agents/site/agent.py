@@ -1,0 +1,81 @@
+"""The site agent: publishes the site's apps, then works ``process-<site>`` until stopped.
+
+It connects only outbound (wss, the site's nkey) and rides out NATS outages
+with the client's endless reconnects; unacknowledged work is redelivered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.js import JetStreamContext
+from nats.js.errors import APIError
+
+from agents.site.apps import ApplicationDefinition
+from agents.site.processing import Processing
+from agents.site.registry import AppPublisher
+from agents.site.settings import SiteSettings
+from lodestream.eventlog import EventLog
+
+log = logging.getLogger(__name__)
+
+
+class SiteAgent:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        settings: SiteSettings,
+        apps: dict[str, type[ApplicationDefinition]],
+    ) -> None:
+        self._js = js
+        self._settings = settings
+        self._apps = apps
+        event_log = EventLog(js)
+        self.publisher = AppPublisher(
+            event_log, settings.site, settings.log_dir / "published-apps.json"
+        )
+        self.processing = Processing(
+            event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
+            retry_budget=settings.processing.retry_budget,
+        )  # fmt: skip
+
+    async def run(self, stop: asyncio.Event) -> None:
+        changes = await self.publisher.publish(self._apps)
+        for name, action in changes.items():
+            log.info("app %s %s", name, action)
+        sub = await self._js.pull_subscribe_bind(f"process-{self._settings.site}", stream="EVENTS")
+        workers = asyncio.Semaphore(self._settings.processing.workers)
+        pending: set[asyncio.Task[None]] = set()
+        try:
+            while not stop.is_set():
+                try:
+                    msgs = await sub.fetch(64, timeout=0.5)
+                except TimeoutError:  # nats-py raises its subclass or asyncio.TimeoutError
+                    continue
+                except (ConnectionClosedError, NoRespondersError, APIError) as exc:
+                    log.warning("site agent: fetch failed (%s); retrying", exc)
+                    await asyncio.sleep(0.5)
+                    continue
+                for msg in msgs:
+                    await workers.acquire()
+                    task = asyncio.create_task(self._work(msg, workers))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+        finally:
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            with contextlib.suppress(ConnectionClosedError):
+                await sub.unsubscribe()
+
+    async def _work(self, msg: Any, workers: asyncio.Semaphore) -> None:
+        try:
+            await self.processing.handle(msg)
+            await msg.ack()
+        except Exception:
+            log.exception("site agent: processing failed; the message will be redelivered")
+        finally:
+            workers.release()

@@ -1,0 +1,27 @@
+"""Wiring for ``lode site start``: settings and apps in, the site agent out."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+from agents.site.agent import SiteAgent
+from agents.site.apps import load_apps
+from agents.site.connect import connect_site
+from agents.site.settings import load_site_settings
+
+
+async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
+    settings = load_site_settings(site_dir)  # a malformed settings.yml or app fails here, clearly
+    apps = load_apps(settings.apps_dir)
+    if stop is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+    nc = await connect_site(settings, "site-agent")
+    try:
+        await SiteAgent(nc.jetstream(), settings, apps).run(stop)
+    finally:
+        await nc.drain()

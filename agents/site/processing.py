@@ -1,0 +1,170 @@
+"""The site's processing module: runs app hooks on ``process-<site>`` work, appends the outcome.
+
+    job.staged_in     → preprocess()      → job.preprocessed | job.failed
+    job.run_done      → postprocess()     → job.postprocessed | job.failed   (apps with the hook)
+    job.run_errored   → handle_error()    → job.restart_ready | job.failed   (retry budget)
+    job.run_timed_out → handle_timeout()  → job.restart_ready | job.failed   (retry budget)
+    job.finished      → the cleaner removes the app's cleanup_files from the workdir
+
+Each outcome is appended with compare-and-set on the event that asked for it
+and an id derived from that event, so a redelivered message can never act
+twice. Hooks are site code and may block: they run in worker threads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from agents.site.apps import ApplicationDefinition, Decision, JobContext
+from lodestream.eventlog import ConflictError, EventLog
+from schemas.codec import DecodeError, decode
+from schemas.envelope import Event
+from schemas.events import (
+    JobFailed,
+    JobPostprocessed,
+    JobPreprocessed,
+    JobRestartReady,
+)
+from schemas.events.job import FailureData, RetryData, RunResultData, StepData
+from schemas.ids import derived_id
+from schemas.resources import JobSpec
+
+log = logging.getLogger(__name__)
+
+
+class Processing:
+    def __init__(
+        self,
+        log_: EventLog,
+        *,
+        site: str,
+        apps: dict[str, type[ApplicationDefinition]],
+        data_dir: Path,
+        retry_budget: int,
+    ) -> None:
+        self._log = log_
+        self._site = site
+        self._apps = apps
+        self._data_dir = data_dir
+        self._max_attempts = retry_budget + 1
+        self.handled = 0
+
+    @property
+    def actor(self) -> str:
+        return f"site:{self._site}"
+
+    async def handle(self, msg: Any) -> None:
+        """Act on one delivered message; the caller acks it afterwards."""
+        try:
+            event = decode(msg.data)
+        except DecodeError as exc:
+            log.warning("processing: undecodable delivery: %s", exc)
+            return
+        seq = int(msg.metadata.sequence.stream)
+        spec = getattr(event.data, "work", None)
+        if not isinstance(spec, JobSpec):
+            log.warning("processing: %s for %s carries no work", event.type, event.aggregate_id)
+            return
+        app = self._apps.get(spec.app)
+        if event.type == "job.finished":
+            if app is not None:
+                workdir = self._data_dir / spec.workdir
+                await asyncio.to_thread(_remove_globs, workdir, app.spec.cleanup_files)
+            return
+        outcome = await self._decide(event, spec, app)
+        if outcome is not None:
+            try:
+                await self._log.append(outcome, expect=seq)
+                self.handled += 1
+            except ConflictError:
+                pass  # the job moved on (killed, or this was a redelivery already acted on)
+
+    async def _decide(
+        self, event: Event, spec: JobSpec, app: type[ApplicationDefinition] | None
+    ) -> Event | None:
+        data = event.data
+        attempt = getattr(data, "attempt", 1)
+        if app is None:
+            return self._fail(event, f"app {spec.app!r} is not defined at site {self._site}")
+        context = JobContext.from_spec(
+            event.aggregate_id, spec, self._data_dir, attempt=attempt,
+            max_attempts=self._max_attempts,
+            return_code=data.return_code if isinstance(data, RunResultData) else None,
+            stderr_tail=data.stderr_tail if isinstance(data, RunResultData) else "",
+        )  # fmt: skip
+        instance = app(context)
+        match event.type:
+            case "job.staged_in":
+                return await self._hook(event, instance.preprocess, JobPreprocessed, spec)
+            case "job.run_done" if _overrides(app, "postprocess"):
+                return await self._hook(event, instance.postprocess, JobPostprocessed, spec)
+            case "job.run_errored" | "job.run_timed_out":
+                hook = instance.handle_error if event.type == "job.run_errored" else (
+                    instance.handle_timeout)  # fmt: skip
+                return await self._retry_or_fail(event, hook, spec, attempt)
+        return None
+
+    async def _hook(
+        self, event: Event, hook: Callable[[], None], next_type: type[Event], spec: JobSpec
+    ) -> Event:
+        try:
+            await asyncio.to_thread(hook)
+        except Exception as exc:
+            name = getattr(hook, "__name__", "hook")
+            return self._fail(event, f"{name} failed: {type(exc).__name__}: {exc}")
+        return next_type.create(
+            site=self._site, aggregate_id=event.aggregate_id, actor=self.actor,
+            data=StepData(work=spec), event_id=self._id(event, next_type),
+            causation_id=event.id,
+        )  # fmt: skip
+
+    async def _retry_or_fail(
+        self, event: Event, hook: Callable[[], Decision], spec: JobSpec, attempt: int
+    ) -> Event:
+        try:
+            decision = await asyncio.to_thread(hook)
+        except Exception as exc:
+            return self._fail(event, f"{hook.__name__} failed: {type(exc).__name__}: {exc}")
+        what = "error" if event.type == "job.run_errored" else "timeout"
+        if decision == Decision.RETRY and attempt < self._max_attempts:
+            return JobRestartReady.create(
+                site=self._site, aggregate_id=event.aggregate_id, actor=self.actor,
+                data=RetryData(attempt=attempt + 1, reason=f"retry after {what}", work=spec),
+                event_id=self._id(event, JobRestartReady), causation_id=event.id,
+            )  # fmt: skip
+        data = event.data
+        detail = data.stderr_tail if isinstance(data, RunResultData) else ""
+        exhausted = attempt >= self._max_attempts
+        why = "retry budget exhausted" if exhausted else f"{hook.__name__} decided FAIL"
+        reason = f"run {what} on attempt {attempt} ({why})"
+        cause = (*(data.cause if isinstance(data, RunResultData) else ()), detail[-500:])
+        return self._fail(event, reason, cause=tuple(c for c in cause if c))
+
+    def _fail(self, event: Event, reason: str, cause: tuple[str, ...] = ()) -> Event:
+        return JobFailed.create(
+            site=self._site, aggregate_id=event.aggregate_id, actor=self.actor,
+            data=FailureData(reason=reason, cause=cause), event_id=self._id(event, JobFailed),
+            causation_id=event.id,
+        )  # fmt: skip
+
+    def _id(self, cause: Event, kind: type[Event]) -> Any:
+        return derived_id(str(cause.id), "site", str(getattr(kind, "event_type", "")))
+
+
+def _overrides(app: type[ApplicationDefinition], hook: str) -> bool:
+    return getattr(app, hook) is not getattr(ApplicationDefinition, hook)
+
+
+def _remove_globs(workdir: Path, patterns: tuple[str, ...]) -> None:
+    root = workdir.resolve()
+    for pattern in patterns:
+        for path in workdir.glob(pattern):
+            resolved = path.resolve()
+            if root not in resolved.parents:
+                continue  # a symlink or pattern that escapes the workdir
+            if resolved.is_file() or resolved.is_symlink():
+                resolved.unlink(missing_ok=True)
