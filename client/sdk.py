@@ -60,12 +60,22 @@ class LodeClient:
 
     # --- sites and apps -------------------------------------------------------------------
 
-    def register_site(self, name: str, description: str = "", *, wait: bool = True) -> Json:
+    def register_site(
+        self, name: str, description: str = "", *, public_key: str | None = None, wait: bool = True
+    ) -> Json:
         """Register a site you own; ``name`` is a lowercase slug. 409 if the name is taken."""
-        return self._request(
-            "POST", "/sites", json={"name": name, "description": description},
-            params={"wait": wait},
-        )  # fmt: skip
+        body: Json = {"name": name, "description": description}
+        if public_key is not None:
+            body["public_key"] = public_key
+        return self._request("POST", "/sites", json=body, params={"wait": wait})
+
+    def register_site_key(self, name: str, public_key: str) -> Json:
+        """Bind (or rotate) the nkey public key a site authenticates with."""
+        return self._request("PUT", f"/sites/{name}/key", json={"public_key": public_key})
+
+    def remove_site(self, name: str) -> Json:
+        """Remove a site: its credential stops working within seconds."""
+        return self._request("DELETE", f"/sites/{name}")
 
     def list_sites(self) -> list[Json]:
         """Your sites."""
@@ -112,6 +122,14 @@ class LodeClient:
     def job_events(self, job_id: str) -> list[Json]:
         """The full event history of one job, oldest first."""
         return list(self._request("GET", f"/jobs/{job_id}/events")["items"])
+
+    def kill_job(self, job_id: str, reason: str = "") -> Json:
+        """Kill a job that is not final yet; a running task is stopped by its pilot."""
+        return self._request("POST", f"/jobs/{job_id}/kill", json={"reason": reason})
+
+    def reset_job(self, job_id: str, reason: str = "") -> Json:
+        """Send a FAILED or KILLED job back to READY to run again."""
+        return self._request("POST", f"/jobs/{job_id}/reset", json={"reason": reason})
 
     def events_after(self, after_seq: int = 0, limit: int = 1000) -> list[Json]:
         """Job events of your sites after stream sequence ``after_seq`` (a polling feed)."""

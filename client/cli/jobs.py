@@ -1,4 +1,4 @@
-"""``lode site …`` and ``lode job …``: talk to the API as the configured user."""
+"""``lode job …``: submit, list, inspect, kill and reset jobs as the configured user."""
 
 from __future__ import annotations
 
@@ -12,27 +12,7 @@ from rich.table import Table
 
 from client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
 
-site_app = typer.Typer(help="Sites you own.")
 job_app = typer.Typer(help="Submit, list and inspect jobs.")
-
-
-@site_app.command("register")
-def site_register(name: str, description: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
-    """Register a site name (a lowercase slug) under your user."""
-    with api_client(state_dir) as client:
-        result = client.register_site(name, description)
-    console.print(f"site [bold]{result['name']}[/bold] registered (seq {result['seq']})")
-
-
-@site_app.command("ls")
-def site_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
-    """List your sites."""
-    with api_client(state_dir) as client:
-        sites = client.list_sites()
-    table = Table("name", "description", "created")
-    for site in sites:
-        table.add_row(site["name"], site.get("description", ""), str(site.get("created_at", "")))
-    console.print(table)
 
 
 @job_app.command("submit")
@@ -115,3 +95,19 @@ def job_show(job_id: str, state_dir: Path = STATE_DIR_OPTION) -> None:
             event.get("to_state") or "", event["actor"], str(event["occurred_at"]),
         )  # fmt: skip
     console.print(table)
+
+
+@job_app.command("kill")
+def job_kill(job_id: str, reason: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Kill a job that is not final; a running task is stopped by its pilot."""
+    with api_client(state_dir) as client:
+        result = client.kill_job(job_id, reason)
+    console.print(f"{job_id}: {result.get('state', 'KILLED')}")
+
+
+@job_app.command("reset")
+def job_reset(job_id: str, reason: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Send a FAILED or KILLED job back to READY."""
+    with api_client(state_dir) as client:
+        result = client.reset_job(job_id, reason)
+    console.print(f"{job_id}: {result.get('state', 'READY')}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from client.cli import jobs, services, stack
+from client.cli import jobs, services, site, stack
 
 app = typer.Typer(
     name="lode",
@@ -18,7 +18,8 @@ app.command("migrate")(services.migrate)
 app.command("controller")(services.controller)
 app.add_typer(services.projector_app, name="projector")
 app.add_typer(services.user_app, name="user")
-app.add_typer(jobs.site_app, name="site")
+app.add_typer(site.site_app, name="site")
+app.command("launcher")(site.launcher)
 app.add_typer(jobs.job_app, name="job")
 
 if __name__ == "__main__":

@@ -26,6 +26,7 @@ from infra.nats.server import NatsServer
 from infra.nats.tls import ensure_local_ca
 from infra.postgres import migrate
 from infra.postgres.server import EmbeddedPostgres
+from lodestream.embedded.credentials import CredentialSync
 from lodestream.embedded.process import ServiceProcess
 from lodestream.embedded.state import StateDir
 from lodestream.eventlog import ensure_streams
@@ -75,6 +76,7 @@ class EmbeddedStack:
         self.nats: NatsServer | None = None
         self.postgres: EmbeddedPostgres | None = None
         self.services: list[ServiceProcess] = []
+        self.credentials: CredentialSync | None = None
 
     def start(self, user: str | None = None) -> StackInfo:
         self.state.create()
@@ -139,6 +141,14 @@ class EmbeddedStack:
         api_url = f"http://127.0.0.1:{self.ports.api}"
         self._wait_http(f"{api_url}/healthz", self.services[-1])
 
+        # What `lode site init` needs to point a new site at this stack.
+        self.state.write_private_json(
+            self.state.root / "sites.json",
+            {"websocket_url": self.nats.websocket_url, "ca_file": str(tls.ca_cert),
+             "api_url": api_url},
+        )  # fmt: skip
+        self.credentials = CredentialSync(self.nats, database_url, CONTROL_USER, password)
+        self.credentials.sync_once()  # sites registered in an earlier run may connect again
         user, token = self._local_user(database_url, user or default_user(), api_url)
         return StackInfo(
             api_url=api_url,
@@ -154,9 +164,11 @@ class EmbeddedStack:
         )
 
     def supervise_once(self) -> None:
-        """Restart any service that died (a crashed projector must not stall the read models)."""
+        """Restart any service that died; apply site credential changes to nats-server."""
         for service in self.services:
             service.ensure_running()
+        if self.credentials is not None:
+            self.credentials.sync_once()
 
     def stop(self) -> None:
         for service in reversed(self.services):

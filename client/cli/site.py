@@ -1,0 +1,184 @@
+"""``lode site init|start|stop|rm|ls`` and ``lode launcher``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from client.cli.common import STATE_DIR_OPTION, api_client, console, err_console
+from client.errors import ApiError
+
+site_app = typer.Typer(help="Sites you own: create, run, remove.")
+EXAMPLES = Path(__file__).resolve().parents[2] / "agents" / "site" / "apps" / "examples"
+
+
+def _stack_defaults(state_dir: Path) -> dict[str, str]:
+    path = state_dir / "sites.json"
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+@site_app.command("init")
+def site_init(
+    directory: Path = typer.Argument(..., help="Site directory to create."),
+    name: str = typer.Option(..., "--name", help="Site name: a lowercase slug, unique."),
+    description: str = typer.Option("", help="Free text shown in `lode site ls`."),
+    nats_url: str | None = typer.Option(None, help="wss:// URL of NATS (default: lode up's)."),
+    ca_file: Path | None = typer.Option(None, help="CA of the NATS TLS listener."),
+    examples: bool = typer.Option(True, help="Copy the example apps into apps/."),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Create a site directory, generate its nkey (the seed stays here), register it."""
+    from agents.site.settings import SiteSettings  # noqa: PLC0415
+    from infra.nats.auth import new_user_seed, user_public_key  # noqa: PLC0415
+    from schemas.subjects import SubjectError, check_site  # noqa: PLC0415
+
+    try:
+        check_site(name)
+    except SubjectError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    if directory.exists() and any(directory.iterdir()):
+        raise typer.BadParameter(f"{directory} exists and is not empty")
+    defaults = _stack_defaults(state_dir)
+    nats_url = nats_url or defaults.get("websocket_url")
+    ca = ca_file or (Path(defaults["ca_file"]) if "ca_file" in defaults else None)
+    if not nats_url:
+        raise typer.BadParameter("no NATS URL: pass --nats-url or start a stack with `lode up`")
+    for sub in ("apps", "data", "log"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    seed = new_user_seed()
+    fd = os.open(directory / "site.nk", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(seed + b"\n")
+    nats: dict[str, object] = {"url": nats_url, "seed_file": "site.nk"}
+    if ca is not None:
+        shutil.copy(ca, directory / "ca.pem")
+        nats["ca_file"] = "ca.pem"
+    settings = SiteSettings.model_validate(
+        {"site": name, "nats": nats, "api_url": defaults.get("api_url", "http://127.0.0.1:8400")}
+    )
+    (directory / "settings.yml").write_text(settings.to_yaml())
+    if examples:
+        for example in EXAMPLES.glob("[!_]*.py"):
+            shutil.copy(example, directory / "apps" / example.name)
+    public_key = user_public_key(seed)
+    with api_client(state_dir) as client:
+        try:
+            client.register_site(name, description, public_key=public_key)
+        except ApiError as exc:
+            if exc.status != 409 or not any(s["name"] == name for s in client.list_sites()):
+                raise
+            client.register_site_key(name, public_key)  # your site, re-initialised: new key
+    console.print(f"site [bold]{name}[/bold] created in {directory}; key {public_key[:12]}…")
+    console.print(f"next: lode site start {directory}  and  lode launcher --site {directory}")
+
+
+@site_app.command("start")
+def site_start(
+    directory: Path = typer.Argument(..., help="Site directory."),
+    daemon: bool = typer.Option(False, help="Run in the background; PID in log/agent.pid."),
+) -> None:
+    """Run the site agent (apps, hooks, cleaner); stops cleanly on SIGTERM."""
+    from agents.site.apps import AppError  # noqa: PLC0415
+    from agents.site.main import run  # noqa: PLC0415
+    from agents.site.settings import SiteSettingsError, load_site_settings  # noqa: PLC0415
+
+    try:
+        settings = load_site_settings(directory)
+    except SiteSettingsError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    if daemon:
+        log = (settings.log_dir / "agent.log").open("ab")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "client.cli.main", "site", "start", str(directory)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )  # fmt: skip
+        (settings.log_dir / "agent.pid").write_text(f"{proc.pid}\n")
+        console.print(f"site agent started (pid {proc.pid}); log in {settings.log_dir}")
+        return
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        asyncio.run(run(directory))
+    except (AppError, SiteSettingsError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+
+
+@site_app.command("stop")
+def site_stop(directory: Path = typer.Argument(..., help="Site directory.")) -> None:
+    """Stop a site agent started with --daemon."""
+    pid_file = directory / "log" / "agent.pid"
+    if not pid_file.exists():
+        raise typer.BadParameter(f"no {pid_file}: is the agent running as a daemon?")
+    pid = int(pid_file.read_text())
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        console.print(f"agent {pid} was not running")
+    pid_file.unlink()
+
+
+@site_app.command("register")
+def site_register(name: str, description: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Register a site name (a lowercase slug) under your user."""
+    with api_client(state_dir) as client:
+        result = client.register_site(name, description)
+    console.print(f"site [bold]{result['name']}[/bold] registered (seq {result['seq']})")
+
+
+@site_app.command("ls")
+def site_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """List your sites."""
+    with api_client(state_dir) as client:
+        sites = client.list_sites()
+    table = Table("name", "description", "created")
+    for site in sites:
+        table.add_row(site["name"], site.get("description", ""), str(site.get("created_at", "")))
+    console.print(table)
+
+
+@site_app.command("rm")
+def site_rm(name: str, state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Remove a site you own; its credential is revoked within seconds."""
+    with api_client(state_dir) as client:
+        client.remove_site(name)
+    console.print(f"site {name} removed")
+
+
+def launcher(
+    site: Path = typer.Option(..., "--site", help="Site directory."),
+    wall_time_min: float = typer.Option(60.0, min=0.1, help="Wall time of this pilot."),
+    mode: str = typer.Option("serial", help="serial, or mpi (needs an MPI app launcher)."),
+) -> None:
+    """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
+    from agents.launcher.main import run  # noqa: PLC0415
+    from agents.site.apps import AppError  # noqa: PLC0415
+    from agents.site.settings import SiteSettingsError  # noqa: PLC0415
+
+    if mode not in {"serial", "mpi"}:
+        raise typer.BadParameter("mode must be serial or mpi")
+    if mode == "mpi":
+        err_console.print("[red]error:[/red] mpi mode needs an MPI app launcher (mpiexec/srun), "
+                          "which this site's platform does not provide yet")  # fmt: skip
+        raise typer.Exit(2)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        report = asyncio.run(run(site, wall_time_min=wall_time_min))
+    except (AppError, SiteSettingsError) as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from exc
+    console.print(
+        f"launcher done ({report.exit_reason}): {report.finished} finished, "
+        f"{report.errored} errored, {report.timed_out} timed out, {report.fenced} fenced"
+    )
