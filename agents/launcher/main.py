@@ -13,6 +13,7 @@ from agents.launcher.session import LauncherSession
 from agents.site.apps import load_apps
 from agents.site.connect import connect_site
 from agents.site.settings import load_site_settings
+from lodestream.eventlog.jetstream import jetstream
 from platform_adapters.compute.local import local_nodes
 from platform_adapters.launchers.registry import get_launcher
 
@@ -33,7 +34,7 @@ async def run(
             loop.add_signal_handler(sig, stop.set)
     nc = await connect_site(settings, "launcher")
     try:
-        js = nc.jetstream()
+        js = jetstream(nc)
         session = LauncherSession(
             js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=wall_time_min
         )

@@ -10,6 +10,7 @@ from agents.site.agent import SiteAgent
 from agents.site.apps import load_apps
 from agents.site.connect import connect_site
 from agents.site.settings import load_site_settings
+from lodestream.eventlog.jetstream import jetstream
 
 
 async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
@@ -22,6 +23,6 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
     nc = await connect_site(settings, "site-agent")
     try:
-        await SiteAgent(nc.jetstream(), settings, apps).run(stop)
+        await SiteAgent(jetstream(nc), settings, apps).run(stop)
     finally:
         await nc.drain()

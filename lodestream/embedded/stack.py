@@ -30,6 +30,7 @@ from lodestream.embedded.credentials import CredentialSync
 from lodestream.embedded.process import ServiceProcess
 from lodestream.embedded.state import StateDir
 from lodestream.eventlog import ensure_streams
+from lodestream.eventlog.jetstream import jetstream
 from lodestream.natsconn import connect
 from lodestream.settings import NatsSettings
 
@@ -211,6 +212,6 @@ class EmbeddedStack:
 async def _ensure_streams(settings: NatsSettings) -> None:
     nc = await connect(settings)
     try:
-        await ensure_streams(nc.jetstream())
+        await ensure_streams(jetstream(nc))
     finally:
         await nc.close()

@@ -2,6 +2,7 @@
 
 from lodestream.eventlog.append import Appended, EventLog, Rejected
 from lodestream.eventlog.errors import AppendError, ConflictError, EventLogError, StreamConfigError
+from lodestream.eventlog.jetstream import JetStream, jetstream
 from lodestream.eventlog.streams import ensure_streams, events_config, heartbeat_config
 
 __all__ = [
@@ -10,9 +11,11 @@ __all__ = [
     "ConflictError",
     "EventLog",
     "EventLogError",
+    "JetStream",
     "Rejected",
     "StreamConfigError",
     "ensure_streams",
     "events_config",
     "heartbeat_config",
+    "jetstream",
 ]

@@ -12,12 +12,11 @@ from nats.aio.client import Client
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from infra.postgres.migrate import sqlalchemy_url
-from lodestream.eventlog import EventLog, ensure_streams
+from lodestream.eventlog import EventLog, JetStream, ensure_streams
 from lodestream.natsconn import connect
 from lodestream.settings import Settings
 from services.api import errors
 from services.api.deps import ApiContext
-from services.api.jetstream import JetStream
 from services.api.routes import apps, events, health, jobs, sites
 
 DB_POOL_SIZE: Final = 10

@@ -6,6 +6,7 @@ import asyncio
 import signal
 
 from lodestream.eventlog import ensure_streams
+from lodestream.eventlog.jetstream import jetstream
 from lodestream.natsconn import connect
 from lodestream.settings import Settings
 from services.controller.loop import Controller
@@ -19,7 +20,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
             loop.add_signal_handler(sig, stop.set)
     nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-controller"}))
     try:
-        js = nc.jetstream()
+        js = jetstream(nc)
         await ensure_streams(js, settings.nats.stream_replicas)
         await Controller(js, settings.database_url).run(stop)
     finally:

@@ -8,6 +8,7 @@ import signal
 
 from infra.postgres.tables import READ_SCHEMA
 from lodestream.eventlog import ensure_streams
+from lodestream.eventlog.jetstream import jetstream
 from lodestream.natsconn import connect
 from lodestream.settings import Settings
 from schemas.subjects import EVENTS_STREAM, HB_STREAM
@@ -21,7 +22,7 @@ log = logging.getLogger(__name__)
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     stop = stop or _stop_on_signals()
     nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-projector"}))
-    js = nc.jetstream()
+    js = jetstream(nc)
     await ensure_streams(js, settings.nats.stream_replicas)
     store = ProjectionStore(READ_SCHEMA)
     cfg = settings.projector
@@ -43,7 +44,7 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
 async def rebuild(settings: Settings) -> RebuildReport:
     nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-rebuild"}))
     try:
-        return await Rebuild(nc.jetstream(), settings.database_url).run()
+        return await Rebuild(jetstream(nc), settings.database_url).run()
     finally:
         await nc.close()
 

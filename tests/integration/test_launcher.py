@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 from agents.launcher.launcher import LauncherReport
 from agents.launcher.main import run as run_launcher
 from agents.site.main import run as run_site_agent
-from lodestream.eventlog import EventLog, ensure_streams
+from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.natsconn import connect
 from schemas.events import JobCreated
 from tests.fixtures.nats import SecureNats
@@ -30,7 +30,7 @@ SITE, OWNER = "alpha", "ada"
 async def control_plane(secure_nats: SecureNats, dsn: str) -> AsyncIterator[JetStreamContext]:
     nc = await connect(secure_nats.settings())
     try:
-        js = nc.jetstream()
+        js = jetstream(nc)
         await ensure_streams(js)
         async with running_projector(js, dsn), running_controller(js, dsn):
             yield js

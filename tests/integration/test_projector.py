@@ -46,7 +46,7 @@ async def workload(log: EventLog, jobs: int) -> int:
 
 async def fetch(dsn: str, query: str, *params: object) -> list[tuple[object, ...]]:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cursor = await conn.execute(query, params)  # type: ignore[arg-type]
+        cursor = await conn.execute(query, params)
         return await cursor.fetchall()
 
 
@@ -82,7 +82,7 @@ async def test_redelivered_batch_is_a_no_op(js: JetStreamContext, database_url: 
         before = await table_digest(database_url)
         # Replay the whole stream through the same projector, as a redelivery would.
         raws = [
-            RawMessage(EVENTS_STREAM, seq, m.subject, m.data, dict(m.headers or {}))
+            RawMessage(EVENTS_STREAM, seq, m.subject or "", m.data or b"", dict(m.headers or {}))
             for seq in range(1, last + 1)
             for m in [await js.get_msg(EVENTS_STREAM, seq)]
         ]
@@ -118,7 +118,8 @@ async def test_bad_events_are_quarantined_and_the_projector_carries_on(
         await wait_for_position(database_url, last)
 
     reasons = [
-        r[0] for r in await fetch(database_url, "SELECT reason FROM rm.quarantine ORDER BY seq")
+        str(r[0])
+        for r in await fetch(database_url, "SELECT reason FROM rm.quarantine ORDER BY seq")
     ]
     assert len(reasons) == 5
     assert "not JSON" in reasons[0]

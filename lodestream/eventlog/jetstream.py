@@ -4,8 +4,9 @@ In nats-py 2.16 ``APIError.from_error`` raises instead of returning, so when
 the server refuses a ``publish_async`` (a lost compare-and-set, error 10071)
 the exception escapes the reply callback and the ack future stays pending
 until ``EventLog.append_many`` times out on the whole batch. This subclass
-puts the error on the future, where ``append_many`` expects it. It belongs
-next to the event log and can go once nats-py ships the fix (PR #994).
+puts the error on the future, where ``append_many`` expects it. Every
+process that appends builds its context with :func:`jetstream`. It can go
+once nats-py ships the fix (PR #994).
 """
 
 from __future__ import annotations
@@ -28,3 +29,8 @@ class JetStream(JetStreamContext):
             future = self._publish_async_futures.get(token)
             if future is not None and not future.done():
                 future.set_exception(exc)
+
+
+def jetstream(nc: Any, **options: Any) -> JetStream:
+    """The JetStream context every lodestream process uses (see the module docstring)."""
+    return JetStream(nc, **options)
