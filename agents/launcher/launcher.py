@@ -55,6 +55,7 @@ class LauncherReport:
     lost_races: int = 0
     fenced: int = 0
     timed_out: int = 0
+    killed: int = 0
     exit_reason: str = ""
 
 
@@ -72,8 +73,10 @@ class Launcher:
         idle_ttl_s: float,
         max_fetch: int = 256,
         base_env: Mapping[str, str] | None = None,
+        nc: Any = None,
     ) -> None:
         self._js = js
+        self._nc = nc
         self._log = EventLog(js)
         self._site = site
         self.session = session
@@ -105,6 +108,9 @@ class Launcher:
             asyncio.create_task(self._reaper.run(reaper_stop)),
             asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop)),
         ]
+        kills = None
+        if self._nc is not None:
+            kills = await self._nc.subscribe(f"evt.{self._site}.job.*.killed", cb=self._on_killed)
         try:
             self.report.exit_reason = await self._lease_loop(stop)
         finally:
@@ -114,6 +120,8 @@ class Launcher:
                 await self._drain(self.report.exit_reason)
             if self._jobs:
                 await asyncio.gather(*self._jobs, return_exceptions=True)
+            if kills is not None:
+                await kills.unsubscribe()
             reaper_stop.set()
             beat_stop.set()
             await asyncio.gather(*background, return_exceptions=True)
@@ -295,6 +303,15 @@ class Launcher:
             log.exception("launcher: could not report job %s", job_id)
             return False
         return True
+
+    async def _on_killed(self, msg: Any) -> None:
+        """A user killed one of our running jobs: stop the task; the kill is its final word."""
+        job_id = msg.subject.split(".")[3]
+        for tracked in self._reaper.running():
+            if tracked.task.job_id == job_id:
+                self._chains.pop(job_id, None)
+                tracked.task.terminate(grace_s=2.0)
+                self.report.killed += 1
 
     # --- stopping -------------------------------------------------------------------------
 

@@ -42,7 +42,7 @@ async def run(
             js, site=settings.site, session=session, apps=apps,
             app_launcher=get_launcher(cfg.app_launcher), nodes=nodes,
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
-            base_env=os.environ,
+            base_env=os.environ, nc=nc,
         )  # fmt: skip
         log.info("launcher %s: %d nodes, %d apps", session.id, len(nodes), len(apps))
         report = await launcher.run(stop)

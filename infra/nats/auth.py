@@ -90,7 +90,8 @@ def site_permissions(site: str) -> Permissions:
     publish.append("$JS.API.INFO")
     return {
         "publish": {"allow": publish},
-        "subscribe": {"allow": [f"{site_inbox_prefix(site)}.>"]},
+        # Pilots listen for kills of their own site's jobs to stop the running task at once.
+        "subscribe": {"allow": [f"{site_inbox_prefix(site)}.>", f"evt.{site}.job.*.killed"]},
     }
 
 

@@ -17,7 +17,7 @@ from lodestream.natsconn import connect
 from lodestream.settings import Settings
 from services.api import errors
 from services.api.deps import ApiContext
-from services.api.routes import apps, events, health, jobs, sites
+from services.api.routes import actions, apps, events, health, jobs, sites
 
 DB_POOL_SIZE: Final = 10
 DB_MAX_OVERFLOW: Final = 20
@@ -53,7 +53,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_size=MAX_BODY_BYTES,
     )
     errors.install(app)
-    for module in (jobs, sites, apps, events, health):
+    for module in (jobs, actions, sites, apps, events, health):
         app.include_router(module.router)
     return app
 

@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
+from schemas.events.site import NkeyUser
 from schemas.resources import JobSpec
 from schemas.subjects import check_site
 
@@ -160,12 +161,17 @@ class EventPage(BaseModel):
 class SiteCreate(Wire):
     name: str
     description: Annotated[str, StringConstraints(max_length=2000)] = ""
+    public_key: NkeyUser | None = None  # the site's nkey; the seed never leaves the site
 
     @field_validator("name")
     @classmethod
     def _slug(cls, value: str) -> str:
         # Site names become NATS subject tokens; check_site states the rule in its message.
         return check_site(value)
+
+
+class SiteKey(Wire):
+    public_key: NkeyUser
 
 
 class SiteCreated(Wire):

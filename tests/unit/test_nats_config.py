@@ -97,7 +97,7 @@ def test_listeners_bind_loopback_by_default(tmp_path: Path) -> None:
 def test_site_permissions_name_only_that_site() -> None:
     perms = site_permissions("alpha")
     assert set(perms) == {"publish", "subscribe"}
-    assert perms["subscribe"] == {"allow": ["_INBOX_alpha.>"]}
+    assert perms["subscribe"] == {"allow": ["_INBOX_alpha.>", "evt.alpha.job.*.killed"]}
     consumers = [f"{purpose}-alpha" for purpose in SITE_CONSUMER_PURPOSES]
     assert set(perms["publish"]["allow"]) == {
         "evt.alpha.>",

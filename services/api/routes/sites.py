@@ -7,12 +7,20 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 
 from lodestream.eventlog import ConflictError
-from schemas.events.site import SiteRegistered, SiteRegisteredData
+from schemas.envelope import Event
+from schemas.events.site import (
+    SiteKeyBound,
+    SiteKeyData,
+    SiteRegistered,
+    SiteRegisteredData,
+    SiteRemoved,
+    SiteRemovedData,
+)
 from schemas.ids import derived_id
 from services.api import queries, waiting
 from services.api.deps import Context, Db, User
-from services.api.errors import Conflict
-from services.api.models import SiteCreate, SiteCreated, SiteOut
+from services.api.errors import Conflict, NotFound
+from services.api.models import SiteCreate, SiteCreated, SiteKey, SiteOut
 from services.api.submit import actor
 
 router = APIRouter(tags=["sites"])
@@ -32,7 +40,9 @@ async def register_site(
         site=body.name,
         aggregate_id=derived_id("site", body.name),
         actor=actor(user),
-        data=SiteRegisteredData(name=body.name, owner=user, description=body.description),
+        data=SiteRegisteredData(
+            name=body.name, owner=user, description=body.description, public_key=body.public_key
+        ),
     )
     try:
         appended = await ctx.log.append(event, expect=0)
@@ -54,3 +64,36 @@ async def register_site(
 async def list_sites(user: User, db: Db, include_removed: bool = False) -> list[SiteOut]:
     rows = await queries.list_sites(db, user, include_removed=include_removed)
     return [SiteOut.from_row(r) for r in rows]
+
+
+@router.put("/sites/{name}/key", response_model=SiteCreated)
+async def bind_site_key(name: str, body: SiteKey, ctx: Context, user: User) -> SiteCreated:
+    """Bind or rotate the nkey a site authenticates with; the old key stops working."""
+    event = SiteKeyBound.create(
+        site=await _own_site(ctx, user, name), aggregate_id=derived_id("site", name),
+        actor=actor(user), data=SiteKeyData(public_key=body.public_key),
+    )  # fmt: skip
+    return await _append(ctx, name, event)
+
+
+@router.delete("/sites/{name}", response_model=SiteCreated)
+async def remove_site(name: str, ctx: Context, user: User) -> SiteCreated:
+    """Remove a site: its credential is revoked and its pilots are cut off."""
+    event = SiteRemoved.create(
+        site=await _own_site(ctx, user, name), aggregate_id=derived_id("site", name),
+        actor=actor(user), data=SiteRemovedData(reason=f"removed by {user}"),
+    )  # fmt: skip
+    return await _append(ctx, name, event)
+
+
+async def _own_site(ctx: Context, user: str, name: str) -> str:
+    async with ctx.engine.connect() as conn:
+        live = {row["name"] for row in await queries.list_sites(conn, user, include_removed=False)}
+    if name not in live:
+        raise NotFound(f"site {name!r} not found")
+    return name
+
+
+async def _append(ctx: Context, name: str, event: Event) -> SiteCreated:
+    appended = await ctx.log.append(event, expect=None)
+    return SiteCreated(name=name, seq=appended.seq)

@@ -1,0 +1,95 @@
+"""User actions on one job: kill and reset, judged by the state machine before appending.
+
+The append chains on the job's last sequence as the read model shows it. If
+the log has moved past that (the read model lags, or a pilot just reported),
+the compare-and-set fails; the action is then re-judged on fresher state, a
+few times, before a 409 tells the user the job keeps changing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter
+from pydantic import StringConstraints
+from sqlalchemy import RowMapping
+
+from lodestream.eventlog import ConflictError
+from schemas.envelope import Event
+from schemas.events import JobKilled, JobReset
+from schemas.events.job import ReasonData
+from schemas.fold import IllegalTransition, JobView, apply
+from schemas.states import JobState
+from services.api import queries
+from services.api.deps import Context, User
+from services.api.errors import Conflict, NotFound
+from services.api.models import Wire
+from services.api.submit import actor
+
+router = APIRouter(tags=["jobs"])
+ATTEMPTS = 5
+
+
+class ActionBody(Wire):
+    reason: Annotated[str, StringConstraints(max_length=2000)] = ""
+
+
+class ActionDone(Wire):
+    id: uuid.UUID
+    state: str
+    seq: int
+
+
+@router.post("/jobs/{job_id}/kill", response_model=ActionDone)
+async def kill_job(job_id: uuid.UUID, ctx: Context, user: User, body: ActionBody) -> ActionDone:
+    """Kill a job that is not final; its pilot stops a running task."""
+    return await _act(ctx, user, job_id, JobKilled, body.reason)
+
+
+@router.post("/jobs/{job_id}/reset", response_model=ActionDone)
+async def reset_job(job_id: uuid.UUID, ctx: Context, user: User, body: ActionBody) -> ActionDone:
+    """Send a FAILED or KILLED job back to READY."""
+    return await _act(ctx, user, job_id, JobReset, body.reason)
+
+
+async def _act(
+    ctx: Context, user: str, job_id: uuid.UUID, kind: type[Event], reason: str
+) -> ActionDone:
+    for attempt in range(ATTEMPTS):
+        async with ctx.engine.connect() as conn:
+            row = await queries.get_job(conn, user, job_id)
+        if row is None:
+            raise NotFound(f"job {job_id} not found")
+        event = kind.create(
+            site=row["site"], aggregate_id=job_id, actor=actor(user), data=ReasonData(reason=reason)
+        )
+        try:
+            after = apply(_view(row), event, int(row["last_seq"]) + 1)
+        except IllegalTransition as exc:
+            verb = "kill" if kind is JobKilled else "reset"
+            raise Conflict(f"cannot {verb} job {job_id}: {exc}") from exc
+        try:
+            appended = await ctx.log.append(event, expect=int(row["last_seq"]))
+        except ConflictError:
+            await asyncio.sleep(0.05 * (attempt + 1))  # let the projector catch up, then re-judge
+            continue
+        return ActionDone(id=job_id, state=after.state.value, seq=appended.seq)
+    raise Conflict(f"job {job_id} kept changing; try again")
+
+
+def _view(row: RowMapping) -> JobView:
+    stage_times: dict[str, Any] = row["stage_times"] or {}
+    return JobView(
+        id=row["id"],
+        site=row["site"],
+        state=JobState(row["state"]),
+        last_seq=int(row["last_seq"]),
+        lease_seq=row["lease_seq"],
+        lease_session=row["lease_session"],
+        attempts=int(row["attempts"]),
+        stage_times={k: datetime.fromisoformat(v) for k, v in stage_times.items()},
+        updated_at=row["updated_at"],
+    )
