@@ -317,17 +317,20 @@ class Launcher:
 
     async def _drain(self, reason: str) -> None:
         """Kill what still runs and record it as RUN_TIMEOUT, chained on our lease."""
-        running = self._reaper.running()
-        for tracked in running:
+        # Take the chains first, so a task that dies of our SIGTERM is not reported as an error.
+        draining = [
+            (tracked, item, self._chains.pop(job_id))
+            for tracked in self._reaper.running()
+            if (job_id := tracked.task.job_id) in self._chains
+            and (item := self._items.get(job_id)) is not None
+        ]
+        for tracked, _, _ in draining:
             tracked.task.terminate(grace_s=2.0)
-        for tracked in running:
-            job_id = tracked.task.job_id
-            item = self._items.get(job_id)
-            if item is None:
-                continue
+        for tracked, item, expect in draining:
             data = RunResultData(return_code=tracked.task.returncode,
                                  cause=(f"launcher {self.session.id} drained: {reason}",),
                                  work=item.spec, attempt=item.attempt)  # fmt: skip
+            self._chains[tracked.task.job_id] = expect
             if await self._report(item, JobRunTimedOut, data):
                 self.report.timed_out += 1
 

@@ -41,6 +41,7 @@ class LauncherSession:
         self._js = js
         self._log = EventLog(js)
         self._last_ok = time.monotonic()
+        self._expired = False
         self._seq = 0
 
     @property
@@ -49,7 +50,10 @@ class LauncherSession:
 
     @property
     def lost(self) -> bool:
-        return time.monotonic() - self._last_ok > self.ttl_s
+        """True once the heartbeat lapsed; it never becomes False again (we were fenced)."""
+        if not self._expired and time.monotonic() - self._last_ok > self.ttl_s:
+            self._expired = True
+        return self._expired
 
     def remaining_min(self) -> float:
         return (self.deadline - time.monotonic()) / 60
@@ -66,6 +70,8 @@ class LauncherSession:
         self._seq = (await self._log.append(opened, expect=0)).seq
 
     async def beat(self, running: int, leased: int, free_cores: int) -> None:
+        if self.lost:
+            return  # beating again would make a fenced session look alive
         body = Heartbeat(
             session_id=self.id, site=self.site, at=datetime.now(UTC),
             running=running, leased=leased, free_cores=free_cores,

@@ -1,0 +1,167 @@
+"""Pilots as real processes, killed and paused: nothing lost, nothing run twice, zombies fenced."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from agents.site.settings import SiteSettings
+from lodestream.eventlog import EventLog
+from schemas.events import JobKilled
+from tests.fixtures.nats import SecureNats
+from tests.integration.test_launcher import (
+    control_plane,
+    started_counts,
+    submit,
+    until_all,
+)
+from tests.support.builders import job_created, site_registered
+from tests.support.site import make_site_dir
+
+pytestmark = pytest.mark.slow
+SITE, OWNER = "alpha", "ada"
+
+
+def spawn(what: str, settings: SiteSettings, log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "client.cli.main"]
+    if what == "launcher":
+        argv += ["launcher", "--site", str(settings.directory), "--wall-time-min", "10"]
+    else:
+        argv += ["site", "start", str(settings.directory)]
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+
+def processes_running(cmdline: bytes) -> list[str]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if cmdline in (entry / "cmdline").read_bytes():
+                    found.append(entry.name)
+            except OSError:
+                continue  # the process ended while we looked
+    return found
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGCONT)
+        proc.terminate()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+async def history(dsn: str, job_id: uuid.UUID) -> list[str]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT type FROM rm.job_events WHERE job_id = %s ORDER BY seq", (job_id,)
+        )
+        return [str(r[0]) for r in await cursor.fetchall()]
+
+
+async def until_history_has(dsn: str, job_id: uuid.UUID, event: str, timeout_s: float) -> None:
+    async with asyncio.timeout(timeout_s):
+        while event not in await history(dsn, job_id):
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def site(secure_nats: SecureNats, tmp_path: Path) -> SiteSettings:
+    return make_site_dir(
+        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
+        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
+    )  # fmt: skip
+
+
+async def test_sigkilled_launcher_jobs_are_recovered_by_another(
+    secure_nats: SecureNats, database_url: str, site: SiteSettings, tmp_path: Path
+) -> None:
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        ids = await submit(js, [
+            job_created(SITE, OWNER, app="sleeper", workdir=f"s/{i}",
+                        parameters={"seconds": "15"}, node_packing_count=4)
+            for i in range(8)
+        ])  # fmt: skip
+        agent = spawn("agent", site, tmp_path / "agent.log")
+        first = spawn("launcher", site, tmp_path / "l1.log")
+        second = None
+        try:
+            await until_all(database_url, ids, "RUNNING", timeout_s=60)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            second = spawn("launcher", site, tmp_path / "l2.log")
+            await until_all(database_url, ids, "JOB_FINISHED", timeout_s=120)
+        finally:
+            for proc in (first, second, agent):
+                if proc is not None:
+                    stop(proc)
+    counts = await started_counts(database_url, ids)
+    assert set(counts.values()) == {2}  # once by the killed pilot, once by its successor
+    for job_id in ids:
+        events = await history(database_url, job_id)
+        assert events.count("job.run_timed_out") == 1
+        assert events.count("job.run_done") == 1
+        assert events.count("job.finished") == 1
+
+
+async def test_paused_launcher_is_fenced_and_kills_its_stale_task(
+    secure_nats: SecureNats, database_url: str, site: SiteSettings, tmp_path: Path
+) -> None:
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        [job] = await submit(js, [
+            job_created(SITE, OWNER, app="sleeper", workdir="z", parameters={"seconds": "6"})
+        ])  # fmt: skip
+        zombie = spawn("launcher", site, tmp_path / "zombie.log")
+        try:
+            await until_all(database_url, [job], "RUNNING", timeout_s=60)
+            zombie.send_signal(signal.SIGSTOP)
+            # The heartbeat TTL (3 s) runs out; the controller times the run out (fencing).
+            await until_all(database_url, [job], "RUN_TIMEOUT", timeout_s=30)
+            zombie.send_signal(signal.SIGCONT)
+            await asyncio.to_thread(zombie.wait, 30)
+        finally:
+            stop(zombie)
+        await asyncio.sleep(8)  # longer than the task would have run
+    events = await history(database_url, job)
+    assert events == ["job.created", "job.preprocessed", "job.started", "job.run_timed_out"]
+    log = (tmp_path / "zombie.log").read_text()
+    assert "killing job" in log
+
+
+async def test_killing_a_running_job_stops_its_task(
+    secure_nats: SecureNats, database_url: str, site: SiteSettings, tmp_path: Path
+) -> None:
+    async with control_plane(secure_nats, database_url) as js:
+        log = EventLog(js)
+        await log.append(site_registered(SITE, OWNER), expect=0)
+        [job] = await submit(js, [
+            job_created(SITE, OWNER, app="sleeper", workdir="k", parameters={"seconds": "60"})
+        ])  # fmt: skip
+        pilot = spawn("launcher", site, tmp_path / "pilot.log")
+        try:
+            await until_all(database_url, [job], "RUNNING", timeout_s=60)
+            async with await psycopg.AsyncConnection.connect(database_url) as conn:
+                cursor = await conn.execute("SELECT last_seq FROM rm.jobs WHERE id = %s", (job,))
+                (last,) = await cursor.fetchone() or (0,)
+            kill = JobKilled.create(site=SITE, aggregate_id=job, actor=f"user:{OWNER}")
+            await log.append(kill, expect=int(last))
+            await until_all(database_url, [job], "KILLED", timeout_s=20)
+            await asyncio.sleep(1.0)
+            sleepers = await asyncio.to_thread(processes_running, b"sleep\x0060")
+            assert sleepers == []
+        finally:
+            stop(pilot)
+    assert (await history(database_url, job))[-1] == "job.killed"
