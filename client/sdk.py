@@ -79,12 +79,12 @@ class LodeClient:
 
     def list_sites(self) -> list[Json]:
         """Your sites."""
-        return list(self._request("GET", "/sites")["items"])
+        return self._request_list("GET", "/sites")
 
     def list_apps(self, site: str | None = None) -> list[Json]:
         """Applications registered by your sites (optionally one site)."""
         params = {"site": site} if site else {}
-        return list(self._request("GET", "/apps", params=params)["items"])
+        return self._request_list("GET", "/apps", params=params)
 
     # --- jobs -------------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ class LodeClient:
 
     def job_events(self, job_id: str) -> list[Json]:
         """The full event history of one job, oldest first."""
-        return list(self._request("GET", f"/jobs/{job_id}/events")["items"])
+        return self._request_list("GET", f"/jobs/{job_id}/events")
 
     def kill_job(self, job_id: str, reason: str = "") -> Json:
         """Kill a job that is not final yet; a running task is stopped by its pilot."""
@@ -142,6 +142,12 @@ class LodeClient:
 
     # --- plumbing ---------------------------------------------------------------------------
 
+    def _request_list(
+        self, method: str, path: str, *, params: Mapping[str, Any] | None = None
+    ) -> list[Json]:
+        body: Any = self._send(method, path, params=params)
+        return list(body)
+
     def _request(
         self,
         method: str,
@@ -151,14 +157,25 @@ class LodeClient:
         params: Mapping[str, Any] | None = None,
         ok: tuple[int, ...] = (200, 201, 202),
     ) -> Json:
+        body: Json = self._send(method, path, json=json, params=params, ok=ok)
+        return body
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: Mapping[str, Any] | None = None,
+        ok: tuple[int, ...] = (200, 201, 202),
+    ) -> Any:
         try:
             response = self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as exc:
             raise Unreachable(self.config.api_url, str(exc) or type(exc).__name__) from exc
         if response.status_code not in ok:
             raise _api_error(response)
-        body: Json = response.json()
-        return body
+        return response.json()
 
 
 def _api_error(response: httpx.Response) -> ApiError:

@@ -6,7 +6,6 @@ import asyncio
 import json
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,6 @@ from client.cli.common import STATE_DIR_OPTION, api_client, console, err_console
 from client.errors import ApiError
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
-EXAMPLES = Path(__file__).resolve().parents[2] / "agents" / "site" / "apps" / "examples"
 
 
 def _stack_defaults(state_dir: Path) -> dict[str, str]:
@@ -38,39 +36,21 @@ def site_init(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Create a site directory, generate its nkey (the seed stays here), register it."""
-    from agents.site.settings import SiteSettings  # noqa: PLC0415
-    from infra.nats.auth import new_user_seed, user_public_key  # noqa: PLC0415
-    from schemas.subjects import SubjectError, check_site  # noqa: PLC0415
+    from client.sites import init_site_dir  # noqa: PLC0415
+    from schemas.subjects import SubjectError  # noqa: PLC0415
 
-    try:
-        check_site(name)
-    except SubjectError as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    if directory.exists() and any(directory.iterdir()):
-        raise typer.BadParameter(f"{directory} exists and is not empty")
     defaults = _stack_defaults(state_dir)
     nats_url = nats_url or defaults.get("websocket_url")
     ca = ca_file or (Path(defaults["ca_file"]) if "ca_file" in defaults else None)
     if not nats_url:
         raise typer.BadParameter("no NATS URL: pass --nats-url or start a stack with `lode up`")
-    for sub in ("apps", "data", "log"):
-        (directory / sub).mkdir(parents=True, exist_ok=True)
-    seed = new_user_seed()
-    fd = os.open(directory / "site.nk", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(seed + b"\n")
-    nats: dict[str, object] = {"url": nats_url, "seed_file": "site.nk"}
-    if ca is not None:
-        shutil.copy(ca, directory / "ca.pem")
-        nats["ca_file"] = "ca.pem"
-    settings = SiteSettings.model_validate(
-        {"site": name, "nats": nats, "api_url": defaults.get("api_url", "http://127.0.0.1:8400")}
-    )
-    (directory / "settings.yml").write_text(settings.to_yaml())
-    if examples:
-        for example in EXAMPLES.glob("[!_]*.py"):
-            shutil.copy(example, directory / "apps" / example.name)
-    public_key = user_public_key(seed)
+    try:
+        public_key = init_site_dir(
+            directory, name, nats_url=nats_url, ca_file=ca, examples=examples,
+            api_url=defaults.get("api_url", "http://127.0.0.1:8400"),
+        )  # fmt: skip
+    except (SubjectError, FileExistsError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
     with api_client(state_dir) as client:
         try:
             client.register_site(name, description, public_key=public_key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -13,9 +14,12 @@ from rich.table import Table
 
 from client.cli.common import STATE_DIR_OPTION, console, err_console
 from client.config import ClientConfig
-from client.demo import run_demo
+from client.demo import DEMO_SITE, run_demo
+from client.errors import ApiError
 from client.sdk import LodeClient
+from client.sites import init_site_dir
 from lodestream.embedded import EmbeddedStack, StackInfo, StackPorts
+from lodestream.embedded.process import ServiceProcess
 
 
 def up(
@@ -43,21 +47,28 @@ def up(
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
+    supervisor = threading.Thread(target=_supervise, args=(stack, stop), daemon=True)
     try:
-        with console.status("starting nats-server, Postgres, api and projector…"):
+        with console.status("starting nats-server, Postgres, api, projector and controller…"):
             info = stack.start(user)
         _print_info(info)
+        if demo:
+            with console.status("starting the local site: agent and one pilot…"):
+                _start_local_site(stack, info)
+        supervisor.start()
         if demo:
             _demo(info, demo_jobs)
             if exit_after_demo:
                 return
         console.print("[dim]stack running — Ctrl-C to stop[/dim]")
-        while not stop.wait(1.0):
-            stack.supervise_once()
+        stop.wait()
     except Exception as exc:
         err_console.print(f"[red]lode up failed:[/red] {exc}")
         raise typer.Exit(1) from exc
     finally:
+        stop.set()
+        if supervisor.is_alive():
+            supervisor.join()
         with console.status("stopping…"):
             stack.stop()
         console.print("stopped; state kept in", str(state_dir))
@@ -74,16 +85,63 @@ def _print_info(info: StackInfo) -> None:
     console.print(table)
 
 
+def _supervise(stack: EmbeddedStack, stop: threading.Event) -> None:
+    while not stop.wait(1.0):
+        stack.supervise_once()
+
+
+def _start_local_site(stack: EmbeddedStack, info: StackInfo) -> None:
+    """The demo's site: created once under the state dir, then its agent and one pilot."""
+    site_dir = info.state_dir / "sites" / DEMO_SITE
+    if not (site_dir / "settings.yml").exists():
+        public_key = init_site_dir(
+            site_dir, DEMO_SITE, nats_url=info.websocket_url, ca_file=info.ca_file,
+            api_url=info.api_url,
+            launcher={"idle_ttl_s": 24 * 3600, "heartbeat_ttl_s": 10},
+        )  # fmt: skip
+        with LodeClient(ClientConfig(info.api_url, info.token)) as client:
+            try:
+                client.register_site(DEMO_SITE, "the local demo site", public_key=public_key)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                client.register_site_key(DEMO_SITE, public_key)
+    stack.supervise_once()  # apply the site's credential to nats-server before it connects
+    cli = [sys.executable, "-m", "client.cli.main"]
+    for name, argv in (
+        ("site-agent", [*cli, "site", "start", str(site_dir)]),
+        ("launcher", [*cli, "launcher", "--site", str(site_dir), "--wall-time-min", "1440"]),
+    ):
+        service = ServiceProcess(name, argv, {}, info.state_dir / "logs" / f"{name}.log")
+        service.start()
+        stack.services.append(service)
+
+
 def _demo(info: StackInfo, count: int) -> None:
+    def show(states: dict[str, int]) -> None:
+        console.print("  " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
+
     with LodeClient(ClientConfig(info.api_url, info.token)) as client:
-        report = run_demo(client, count)
-    rate = report.submitted / report.submit_seconds if report.submit_seconds else 0.0
+        report = run_demo(client, count, progress=show)
     console.print(
-        f"demo: submitted {report.submitted} jobs and saw them projected in "
-        f"{report.submit_seconds * 1000:.0f} ms ({rate:,.0f} jobs/s)"
+        f"demo: {report.submitted} jobs submitted in {report.submit_seconds * 1000:.0f} ms, "
+        f"all final after {report.seconds:.1f}s"
     )
     table = Table("state", "jobs", title=f"jobs tagged {report.batch_tag}")
     for state, n in sorted(report.states.items()):
         table.add_row(state, str(n))
     console.print(table)
-    console.print(f"try: lode job ls --tag {report.batch_tag}")
+    summary = Table(show_header=False, title="from the events")
+    summary.add_row("throughput (first created → last finished)",
+                    f"{report.throughput_jobs_s:,.1f} jobs/s")  # fmt: skip
+    summary.add_row(
+        "submit → RUNNING p50 / p95",
+        f"{report.to_running_ms[0]:,.0f} / {report.to_running_ms[1]:,.0f} ms",
+    )
+    summary.add_row(
+        "submit → JOB_FINISHED p50 / p95",
+        f"{report.to_finished_ms[0]:,.0f} / {report.to_finished_ms[1]:,.0f} ms",
+    )
+    summary.add_row("DAG merge ran after both parents", "yes" if report.dag_order_ok else "NO")
+    console.print(summary)
+    console.print(f"try: lode job ls --tag {report.batch_tag}   ·   lode job show <id>")

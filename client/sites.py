@@ -1,0 +1,48 @@
+"""Creating a site directory: settings.yml, the site's own nkey, apps/, data/, log/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from agents.site.settings import SiteSettings
+from infra.nats.auth import new_user_seed, user_public_key
+from schemas.subjects import check_site
+
+EXAMPLE_APPS = Path(__file__).resolve().parents[1] / "agents" / "site" / "apps" / "examples"
+
+
+def init_site_dir(
+    directory: Path,
+    name: str,
+    *,
+    nats_url: str,
+    ca_file: Path | None,
+    api_url: str,
+    examples: bool = True,
+    launcher: dict[str, Any] | None = None,
+) -> str:
+    """Create the site directory and return the public key to register (the seed stays here)."""
+    check_site(name)
+    if directory.exists() and any(directory.iterdir()):
+        raise FileExistsError(f"{directory} exists and is not empty")
+    for sub in ("apps", "data", "log"):
+        (directory / sub).mkdir(parents=True, exist_ok=True)
+    seed = new_user_seed()
+    fd = os.open(directory / "site.nk", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(seed + b"\n")
+    nats: dict[str, Any] = {"url": nats_url, "seed_file": "site.nk"}
+    if ca_file is not None:
+        shutil.copy(ca_file, directory / "ca.pem")
+        nats["ca_file"] = "ca.pem"
+    settings = SiteSettings.model_validate(
+        {"site": name, "nats": nats, "api_url": api_url, "launcher": launcher or {}}
+    )
+    (directory / "settings.yml").write_text(settings.to_yaml())
+    if examples:
+        for example in EXAMPLE_APPS.glob("[!_]*.py"):
+            shutil.copy(example, directory / "apps" / example.name)
+    return user_public_key(seed)
