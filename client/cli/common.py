@@ -8,16 +8,22 @@ from pathlib import Path
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from client.errors import LodeClientError
 from client.sdk import LodeClient
 
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # paths in errors must stay copyable
 
 STATE_DIR_OPTION = typer.Option(
     Path(".lode"), "--state-dir", envvar="LODE_STATE_DIR", help="Embedded stack state directory."
 )
+
+
+def print_error(message: object) -> None:
+    """``error: <message>`` on stderr; the message is shown literally (no rich markup)."""
+    err_console.print(Text.assemble(("error: ", "bold red"), str(message)))
 
 
 @contextmanager
@@ -27,7 +33,7 @@ def api_client(state_dir: Path = Path(".lode")) -> Iterator[LodeClient]:
         with LodeClient.from_config(state_dir=state_dir) as client:
             yield client
     except LodeClientError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        print_error(exc)
         raise typer.Exit(1) from exc
 
 

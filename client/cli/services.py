@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from client.cli.common import STATE_DIR_OPTION, console, err_console
+from client.cli.common import STATE_DIR_OPTION, console, print_error
 from lodestream.embedded.state import apply_stack_environment
 from lodestream.settings import Settings
 
@@ -78,6 +78,6 @@ def user_create(
     try:
         token = create_user(settings.database_url, name)
     except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        print_error(exc)
         raise typer.Exit(2) from exc
     console.print(token)

@@ -14,7 +14,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from client.cli.common import STATE_DIR_OPTION, api_client, console, err_console
+from client.cli.common import STATE_DIR_OPTION, api_client, console, err_console, print_error
 from client.errors import ApiError
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
@@ -75,7 +75,7 @@ def site_start(
     try:
         settings = load_site_settings(directory)
     except SiteSettingsError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        print_error(exc)
         raise typer.Exit(2) from exc
     if daemon:
         log = (settings.log_dir / "agent.log").open("ab")
@@ -91,7 +91,7 @@ def site_start(
     try:
         asyncio.run(run(directory))
     except (AppError, SiteSettingsError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        print_error(exc)
         raise typer.Exit(2) from exc
 
 
@@ -156,7 +156,7 @@ def launcher(
     try:
         report = asyncio.run(run(site, wall_time_min=wall_time_min))
     except (AppError, SiteSettingsError) as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+        print_error(exc)
         raise typer.Exit(2) from exc
     console.print(
         f"launcher done ({report.exit_reason}): {report.finished} finished, "
