@@ -47,6 +47,10 @@ test-fast: $(STAMP) ## Tests without the slow end-to-end and fault-injection one
 schemas: $(STAMP) ## Regenerate schemas/json from the pydantic models
 	$(BIN)/python tools/export_json_schema.py
 
+.PHONY: docs
+docs: $(STAMP) ## Regenerate docs/lifecycle.md from the state-machine table
+	$(BIN)/python tools/lifecycle_diagram.py
+
 .PHONY: run
 run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stops it)
 	$(BIN)/lode up --state-dir $(STATE_DIR) --demo
