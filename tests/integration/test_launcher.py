@@ -163,3 +163,65 @@ async def test_errors_are_retried_within_the_budget_then_fail_with_cause(
     # retry_budget defaults to 3: four attempts, then FAILED with the stderr as cause.
     assert "retry budget exhausted" in doomed_error
     assert "no" in doomed_error
+
+
+async def job_event_data(dsn: str, job_id: uuid.UUID, event_type: str) -> dict[str, object]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT data FROM rm.job_events WHERE job_id = %s AND type = %s", (job_id, event_type)
+        )
+        row = await cursor.fetchone()
+        assert row is not None, f"no {event_type} for {job_id}"
+        data: dict[str, object] = row[0]
+        return data
+
+
+async def test_python_function_app_result_and_exception_come_back(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_site_dir(
+        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
+        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
+        processing={"retry_budget": 0},
+    )  # fmt: skip
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        good = job_created(SITE, OWNER, app="square", workdir="sq/good", parameters={"x": "7"})
+        bad = job_created(SITE, OWNER, app="square", workdir="sq/bad", parameters={"x": "-1"})
+        ids = await submit(js, [good, bad])
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(run_site_agent(settings.directory, stop=stop)),
+            asyncio.create_task(run_launcher(settings.directory, wall_time_min=10, stop=stop)),
+        ]
+        await until_all(database_url, ids[:1], "JOB_FINISHED")
+        await until_all(database_url, ids[1:], "FAILED")
+        await asyncio.sleep(0.5)  # the cleaner acts on job.finished
+        stop.set()
+        await asyncio.gather(*tasks)
+    done = await job_event_data(database_url, ids[0], "job.run_done")
+    assert done["result"] == {"square": 49}
+    errored = await job_event_data(database_url, ids[1], "job.run_errored")
+    assert "ValueError: negative input -1" in str(errored["stderr_tail"])
+    assert "Traceback" in str(errored["stderr_tail"])
+    # cleanup_files of a finished job are gone; a failed job's workdir is kept for inspection
+    assert not (settings.data_dir / "sq/good/work.scratch").exists()
+    assert (settings.data_dir / "sq/bad/work.scratch").exists()
+
+
+async def test_a_pilot_never_leases_a_job_longer_than_its_remaining_wall_time(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    settings = make_site_dir(
+        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
+        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE], idle_ttl_s=3,
+    )  # fmt: skip
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        long = job_created(SITE, OWNER, app="hello", workdir="long", wall_time_min=30)
+        short = job_created(SITE, OWNER, app="hello", workdir="short", wall_time_min=1)
+        ids = await submit(js, [long, short])
+        report = await run_launcher(settings.directory, wall_time_min=5)
+        assert report.exit_reason == "idle"
+        assert report.finished == 1
+    assert (await states(database_url, ids)) == {"PREPROCESSED": 1, "JOB_FINISHED": 1}

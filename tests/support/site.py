@@ -11,7 +11,14 @@ TEST_APPS = Path(__file__).parent.parent / "data" / "apps"
 
 
 def make_site_dir(
-    root: Path, site: str, *, wss_url: str, ca_file: Path, seed_file: Path, **launcher: object
+    root: Path,
+    site: str,
+    *,
+    wss_url: str,
+    ca_file: Path,
+    seed_file: Path,
+    processing: dict[str, object] | None = None,
+    **launcher: object,
 ) -> SiteSettings:
     directory = root / site
     for sub in ("apps", "data", "log"):
@@ -26,6 +33,7 @@ def make_site_dir(
             "nats": {"url": wss_url, "ca_file": "ca.pem", "seed_file": "site.nk"},
             "launcher": {"heartbeat_ttl_s": 3, "idle_ttl_s": 30, "virtual_nodes": 2,
                          "cores_per_node": 4, **launcher},
+            "processing": processing or {},
         }
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())

@@ -32,3 +32,18 @@ class Flaky(ApplicationDefinition):
     command_template = (
         'if [ "$LODE_JOB_ATTEMPT" -lt 2 ]; then echo first try fails {{ tag }} >&2; exit 1; fi'
     )
+
+
+class Square(ApplicationDefinition):
+    """A Python-function app: runs in the job's process, its return value comes back."""
+
+    name = "square"
+    cleanup_files = ["*.scratch"]
+
+    def run(self, x: str) -> dict[str, int]:
+        from pathlib import Path  # noqa: PLC0415 - runs at the site, in the job's process
+
+        Path("work.scratch").write_text("temporary")
+        if int(x) < 0:
+            raise ValueError(f"negative input {x}")
+        return {"square": int(x) ** 2}
