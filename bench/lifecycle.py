@@ -202,9 +202,23 @@ class LifecycleBench:
                 (json.dumps({"run": tag}),),
             ).fetchall()
         fenced = [(r[0] - killed_at).total_seconds() for r in rows]
+        _kill_orphans(self.site_dir)  # a SIGKILLed pilot leaves its tasks behind, as on a node
         return {"jobs": n, "heartbeat_ttl_s": HEARTBEAT_TTL_S, "target_s": HEARTBEAT_TTL_S + 2,
                 "all_timed_out_after_s": max(fenced) if fenced else None,
                 "observed_in_read_model_s": observed, "timed_out": len(fenced)}  # fmt: skip
+
+
+def _kill_orphans(site_dir: Path) -> None:
+    """Kill task processes still running in ``site_dir``'s data (what a batch job's end does)."""
+    data = str((site_dir / "data").resolve())
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.readlink(entry / "cwd").startswith(data):
+                os.kill(int(entry.name), signal.SIGKILL)
+        except OSError:
+            continue
 
 
 def main(argv: list[str] | None = None) -> int:

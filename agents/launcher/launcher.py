@@ -94,6 +94,7 @@ class Launcher:
         self._chains: dict[str, int] = {}
         self._items: dict[str, WorkItem] = {}
         self._freed = asyncio.Event()
+        self._draining = False
         self.report = LauncherReport()
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -204,12 +205,15 @@ class Launcher:
             started = await self._lease(item, allocation)
             if started is None:
                 return
-            tracked = self._start(item, allocation)
+            tracked = await self._start(item, allocation)
             if isinstance(tracked, str):
                 data = RunResultData(stderr_tail=tracked[-4000:], cause=("task could not start",),
                                      work=item.spec, attempt=item.attempt)  # fmt: skip
                 if await self._report(item, JobRunErrored, data):
                     self.report.errored += 1
+                return
+            if self.session.lost or self._draining:
+                await self._stop_late_start(item, tracked)
                 return
             code = await tracked.done
             await self._report_exit(item, tracked, code)
@@ -241,8 +245,22 @@ class Launcher:
         self.report.started += 1
         return seq
 
-    def _start(self, item: WorkItem, allocation: Allocation) -> Tracked | str:
-        """Start the task; on failure return the reason (it becomes the job's error)."""
+    async def _start(self, item: WorkItem, allocation: Allocation) -> Tracked | str:
+        """Start the task; on failure return the reason (it becomes the job's error).
+
+        fork/exec of the job's shell takes milliseconds; it runs in a worker thread so
+        that spawns overlap and the event loop keeps leasing and reporting meanwhile.
+        """
+        spec = self._task_spec(item, allocation)
+        if isinstance(spec, str):
+            return spec
+        try:
+            task = await asyncio.to_thread(self._app_launcher.start, spec)
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return self._reaper.track(task)
+
+    def _task_spec(self, item: WorkItem, allocation: Allocation) -> TaskSpec | str:
         job_id = str(item.job_id)
         workdir = self._data_dir / item.spec.workdir
         app = self._apps.get(item.spec.app)
@@ -252,7 +270,7 @@ class Launcher:
             workdir.mkdir(parents=True, exist_ok=True)
             context = JobContext.from_spec(item.job_id, item.spec, self._data_dir,
                                            attempt=item.attempt)  # fmt: skip
-            spec = TaskSpec(
+            return TaskSpec(
                 job_id=job_id, script=render_script(app, context), workdir=workdir,
                 env=self._base_env,
                 allocation=allocation, stdout_path=workdir / "job.out",
@@ -261,7 +279,6 @@ class Launcher:
                 threads_per_core=item.spec.threads_per_core,
                 gpus_per_rank=item.spec.gpus_per_rank, launch_params=item.spec.launch_params,
             )  # fmt: skip
-            return self._reaper.track(self._app_launcher.start(spec))
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
 
@@ -315,8 +332,22 @@ class Launcher:
 
     # --- stopping -------------------------------------------------------------------------
 
+    async def _stop_late_start(self, item: WorkItem, tracked: Tracked) -> None:
+        """A task that came up after we started draining (or were fenced) must not run."""
+        if self.session.lost:
+            self._chains.pop(tracked.task.job_id, None)
+            tracked.task.kill()
+            self.report.fenced += 1
+            return
+        tracked.task.terminate(grace_s=2.0)
+        data = RunResultData(cause=(f"launcher {self.session.id} was draining",),
+                             work=item.spec, attempt=item.attempt)  # fmt: skip
+        if await self._report(item, JobRunTimedOut, data):
+            self.report.timed_out += 1
+
     async def _drain(self, reason: str) -> None:
         """Kill what still runs and record it as RUN_TIMEOUT, chained on our lease."""
+        self._draining = True
         # Take the chains first, so a task that dies of our SIGTERM is not reported as an error.
         draining = [
             (tracked, item, self._chains.pop(job_id))

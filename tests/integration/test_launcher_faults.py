@@ -40,11 +40,12 @@ def spawn(what: str, settings: SiteSettings, log: Path) -> subprocess.Popen[byte
 
 
 def processes_running(cmdline: bytes) -> list[str]:
+    """Pids whose whole command line is ``cmdline`` (arguments separated by NUL)."""
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if cmdline in (entry / "cmdline").read_bytes():
+                if (entry / "cmdline").read_bytes() == cmdline + b"\x00":
                     found.append(entry.name)
             except OSError:
                 continue  # the process ended while we looked
