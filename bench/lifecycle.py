@@ -215,7 +215,7 @@ def _kill_orphans(site_dir: Path) -> None:
         if not entry.name.isdigit():
             continue
         try:
-            if os.readlink(entry / "cwd").startswith(data):
+            if str((entry / "cwd").readlink()).startswith(data):
                 os.kill(int(entry.name), signal.SIGKILL)
         except OSError:
             continue

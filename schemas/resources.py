@@ -115,7 +115,6 @@ class App(Frozen):
     hooks: tuple[AppHook, ...] = ()  # which site-side hooks the app defines
 
 
-
 class BatchJobState(StrEnum):
     REQUESTED = "requested"
     SUBMITTED = "submitted"
