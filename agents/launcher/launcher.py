@@ -35,6 +35,7 @@ from agents.site.apps import ApplicationDefinition, JobContext, render_script
 from agents.site.apps.pyrun import parse_result
 from agents.site.apps.render import PYRUN_RESULT
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
+from lodestream.eventlog.pull import pull_consumer
 from platform_adapters.compute.base import NodeSpec
 from platform_adapters.launchers.base import AppLauncher, TaskSpec
 from platform_adapters.packing import Allocation, JobRequest, NodePacker
@@ -131,7 +132,7 @@ class Launcher:
         return self.report
 
     async def _lease_loop(self, stop: asyncio.Event) -> str:
-        sub = await self._js.pull_subscribe_bind(f"launch-{self._site}", stream="EVENTS")
+        sub = await pull_consumer(self._js, "EVENTS", f"launch-{self._site}")
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
@@ -161,7 +162,7 @@ class Launcher:
             return "stopped"
         finally:
             with contextlib.suppress(ConnectionClosedError):
-                await sub.unsubscribe()
+                await sub.stop()
 
     def _fetch_size(self) -> int:
         free = sum(max(len(n.cpu_ids), 1) for n in self._nodes) - len(self._reaper)

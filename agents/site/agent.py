@@ -20,6 +20,7 @@ from agents.site.processing import Processing
 from agents.site.registry import AppPublisher
 from agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
+from lodestream.eventlog.pull import pull_consumer
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class SiteAgent:
         changes = await self.publisher.publish(self._apps)
         for name, action in changes.items():
             log.info("app %s %s", name, action)
-        sub = await self._js.pull_subscribe_bind(f"process-{self._settings.site}", stream="EVENTS")
+        sub = await pull_consumer(self._js, "EVENTS", f"process-{self._settings.site}")
         workers = asyncio.Semaphore(self._settings.processing.workers)
         pending: set[asyncio.Task[None]] = set()
         try:
@@ -69,7 +70,7 @@ class SiteAgent:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(ConnectionClosedError):
-                await sub.unsubscribe()
+                await sub.stop()
 
     async def _work(self, msg: Any, workers: asyncio.Semaphore) -> None:
         try:

@@ -22,6 +22,7 @@ from nats.js.errors import APIError, NotFoundError
 
 from lodestream.eventlog import Appended, EventLog, Rejected
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
+from lodestream.eventlog.pull import pull_consumer
 from schemas.codec import DecodeError, decode
 from schemas.envelope import Event
 from schemas.events import (
@@ -97,7 +98,7 @@ class Controller:
             await self._reads.close()
 
     async def _consume(self, stream: str, durable: str, handle: Any, stop: asyncio.Event) -> None:
-        sub = await self._js.pull_subscribe_bind(durable, stream=stream)
+        sub = await pull_consumer(self._js, stream, durable)
         try:
             while not stop.is_set():
                 try:
@@ -119,7 +120,7 @@ class Controller:
                 for msg in msgs:
                     await msg.ack()
         finally:
-            await sub.unsubscribe()
+            await sub.stop()
 
     # --- EVENTS ---------------------------------------------------------------------------
 

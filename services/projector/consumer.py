@@ -28,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
 from psycopg import AsyncConnection
 
+from lodestream.eventlog.pull import PullConsumer, pull_consumer
 from services.projector.messages import RawMessage, decode_message
 from services.projector.projection import Changes, Projection, job_ids_to_load
 from services.projector.rows import QuarantineRow
@@ -122,13 +123,13 @@ class Projector:
                     applied = await self.apply(raws, stop)
                 except Gap as gap:
                     log.info("projector %s: %s; re-positioning", self._stream, gap)
-                    await sub.unsubscribe()
+                    await sub.stop()
                     sub = await self._subscribe_from(gap.position)
                     continue
                 if applied:
                     await msgs[-1].ack()
         finally:
-            await sub.unsubscribe()
+            await sub.stop()
             if self._conn is not None:
                 await self._conn.close()
 
@@ -143,11 +144,11 @@ class Projector:
                 self._conn = None
                 await asyncio.sleep(1.0)
 
-    async def _subscribe_from(self, position: int) -> Any:
+    async def _subscribe_from(self, position: int) -> PullConsumer:
         await position_consumer(
             self._js, self._stream, self._durable, self._batch_size, position + 1
         )
-        return await self._js.pull_subscribe_bind(self._durable, stream=self._stream)
+        return await pull_consumer(self._js, self._stream, self._durable)
 
     async def apply(self, raws: list[RawMessage], stop: asyncio.Event | None = None) -> bool:
         """Apply one batch, retrying the same batch until Postgres takes it.

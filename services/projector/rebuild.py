@@ -13,18 +13,22 @@ Readers see the old tables until the commit and the new ones after it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection, sql
 from sqlalchemy import create_engine
 
 from infra.postgres.tables import READ_MODEL_TABLES, READ_SCHEMA, REBUILD_SCHEMA, metadata
+from lodestream.eventlog.pull import pull_consumer
 from schemas.subjects import EVENTS_STREAM, HB_STREAM
 from services.projector.consumer import raw_from_msg
 from services.projector.errors import RebuildError
@@ -71,10 +75,11 @@ async def read_stream(
     """Yield batches of ``stream`` messages with ``first <= seq <= last``."""
     if last < first:
         return
-    sub = await js.pull_subscribe(
-        "",
-        stream=stream,
-        config=ConsumerConfig(
+    name = f"rebuild-{uuid.uuid4().hex[:12]}"
+    await js.add_consumer(
+        stream,
+        ConsumerConfig(
+            name=name,
             ack_policy=AckPolicy.NONE,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=first,
@@ -82,20 +87,20 @@ async def read_stream(
             max_waiting=1,
         ),
     )
+    sub = await pull_consumer(js, stream, name)
     try:
         seen = first - 1
         while seen < last:
-            try:
-                msgs = await sub.fetch(batch, timeout=2.0)
-            except TimeoutError:  # nats-py raises its own subclass or plain asyncio.TimeoutError
-                continue
+            msgs = await sub.fetch(batch, timeout=2.0)
             raws = [raw_from_msg(stream, m) for m in msgs]
             raws = [r for r in raws if r.seq <= last]
             if raws:
                 seen = raws[-1].seq
                 yield raws
     finally:
-        await sub.unsubscribe()
+        await sub.stop()
+        with contextlib.suppress(NotFoundError):
+            await js.delete_consumer(stream, name)
 
 
 class Rebuild:
