@@ -1,0 +1,1 @@
+"""Benchmark harness: ``python -m bench.run`` (``make bench``); results in ``bench/RESULTS.md``."""

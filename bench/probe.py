@@ -1,0 +1,180 @@
+"""Watching the stack: projector position vs. stream end, over time; CPU seconds per process."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nats.js import JetStreamContext
+from psycopg import AsyncConnection
+
+from bench.stack import BenchError
+from schemas.subjects import EVENTS_STREAM
+
+SAMPLE_INTERVAL_S = 0.05
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class Positions:
+    """The projector's committed position (``rm.projector_position``) and the stream's last seq."""
+
+    def __init__(self, js: JetStreamContext, conn: AsyncConnection[Any]) -> None:
+        self.js = js
+        self.conn = conn
+
+    @classmethod
+    async def connect(cls, js: JetStreamContext, dsn: str) -> Positions:
+        return cls(js, await AsyncConnection.connect(dsn, autocommit=True))
+
+    async def close(self) -> None:
+        await self.conn.close()
+
+    async def projector(self) -> int:
+        cursor = await self.conn.execute(
+            "SELECT seq FROM rm.projector_position WHERE stream = %s", (EVENTS_STREAM,)
+        )
+        row = await cursor.fetchone()
+        return int(row[0]) if row else 0
+
+    async def stream_last(self) -> int:
+        info = await self.js.stream_info(EVENTS_STREAM)
+        return int(info.state.last_seq)
+
+    async def wait_for(self, seq: int, timeout_s: float, what: str) -> float:
+        """Seconds until the projector reaches ``seq``; BenchError after ``timeout_s``."""
+        started = time.perf_counter()
+        while True:
+            position = await self.projector()
+            if position >= seq:
+                return time.perf_counter() - started
+            if time.perf_counter() - started > timeout_s:
+                raise BenchError(
+                    f"{what}: projector at {position}, not {seq}, after {timeout_s:.0f}s"
+                )
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+
+    async def caught_up(self, timeout_s: float, what: str) -> float:
+        return await self.wait_for(await self.stream_last(), timeout_s, what)
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Samples (seconds since start, projector position, stream last seq) taken every 50 ms."""
+
+    started: float = field(default_factory=time.perf_counter)
+    samples: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.perf_counter() - self.started
+
+    def first_advance(self, above: int) -> float | None:
+        return next((t for t, pos, _ in self.samples if pos > above), None)
+
+    def reached(self, seq: int) -> float | None:
+        return next((t for t, pos, _ in self.samples if pos >= seq), None)
+
+    def position_at(self, when: float) -> int:
+        before = [pos for t, pos, _ in self.samples if t <= when]
+        return before[-1] if before else 0
+
+    def peak_lag(self) -> int:
+        return max((last - pos for _, pos, last in self.samples), default=0)
+
+    def peak_rate(self, window_s: float = 1.0) -> float:
+        """Highest projector events/s over any ``window_s`` stretch of samples."""
+        best, j = 0.0, 0
+        for i, (t, pos, _) in enumerate(self.samples):
+            while j < i and t - self.samples[j][0] > window_s:
+                j += 1
+            span = t - self.samples[j][0]
+            if j < i and span >= window_s * 0.8:
+                best = max(best, (pos - self.samples[j][1]) / span)
+        return best
+
+
+@contextlib.asynccontextmanager
+async def timeline(positions: Positions) -> AsyncIterator[Timeline]:
+    """Sample the projector's position and the stream's end for the duration of the block."""
+    line = Timeline()
+
+    async def sample() -> None:
+        position, last = await positions.projector(), await positions.stream_last()
+        line.samples.append((line.now(), position, last))
+
+    async def sampling() -> None:
+        while True:
+            await asyncio.sleep(SAMPLE_INTERVAL_S)
+            await sample()
+
+    await sample()  # the block may end before the first tick
+    task = asyncio.create_task(sampling())
+    try:
+        yield line
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text[text.rindex(")") + 2 :].split()  # the name may contain spaces
+
+
+def _cpu_s(pid: int) -> float:
+    fields = _stat_fields(pid)
+    # fields[0] is field 3 (state): utime and stime are fields 14 and 15.
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK if fields else 0.0
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _stat_fields(int(entry.name))
+            if fields and int(fields[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
+    """CPU seconds so far per component; Postgres includes its live backends."""
+    snapshot = {name: _cpu_s(pid) for name, pid in pids.items()}
+    if "postgres" in pids:
+        snapshot["postgres"] += sum(_cpu_s(child) for child in _children(pids["postgres"]))
+    snapshot["bench"] = _cpu_s(os.getpid())
+    return snapshot
+
+
+class CpuMeter:
+    """CPU used by each process between :meth:`start` and :meth:`stop`, as % of one core."""
+
+    def __init__(self, pids: Mapping[str, int]) -> None:
+        self.pids = dict(pids)
+        self._before: dict[str, float] = {}
+        self._t0 = 0.0
+        self.result: dict[str, float] = {}
+
+    def start(self) -> CpuMeter:
+        self._before = cpu_snapshot(self.pids)
+        self._t0 = time.perf_counter()
+        return self
+
+    def stop(self) -> dict[str, float]:
+        after = cpu_snapshot(self.pids)
+        wall = max(time.perf_counter() - self._t0, 1e-9)
+        # Backends that exited during the window took their CPU time with them; clamp at 0.
+        self.result = {
+            name: round(max(after[name] - self._before.get(name, 0.0), 0.0) / wall * 100, 1)
+            for name in after
+        }
+        return self.result
