@@ -11,7 +11,7 @@ what is measured.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 import orjson
@@ -185,22 +185,41 @@ class Events:
         """The four lifecycle events of each job, wave by wave (all preprocessed, then …)."""
         out: list[Outgoing] = []
         for name in LIFECYCLE:
-            at = now_iso()
-            out.extend(self.step(name, job, at) for job in job_ids)
+            times = Clock()
+            out.extend(self.step(name, job, times.next()) for job in job_ids)
         return out
 
     def dataset_chunk(self, first: int, count: int) -> list[Outgoing]:
         """Jobs ``first .. first+count-1`` of the bulk dataset: created, then lifecycle waves."""
-        at = now_iso()
+        times = Clock()
         ids = [self.ids.take() for _ in range(count)]
-        out = [self.created(job, first + k, at) for k, job in enumerate(ids)]
+        out = [self.created(job, first + k, times.next()) for k, job in enumerate(ids)]
         steps = [steps_for(first + k) for k in range(count)]
         for step, name in enumerate(LIFECYCLE):
-            at = now_iso()
+            times = Clock()
             out.extend(
-                self.step(name, job, at) for job, n in zip(ids, steps, strict=True) if n > step
+                self.step(name, job, times.next())
+                for job, n in zip(ids, steps, strict=True)
+                if n > step
             )
         return out
+
+
+class Clock:
+    """Producer times a microsecond apart from now: no two events of a wave share one.
+
+    (Shared timestamps would make ``ORDER BY updated_at`` scan whole tie groups, which no
+    real workload produces. Making an event takes longer than a microsecond, so each wave
+    still starts after the previous one ends.)
+    """
+
+    def __init__(self) -> None:
+        self._start = datetime.now(UTC)
+        self._n = 0
+
+    def next(self) -> str:
+        self._n += 1
+        return (self._start + timedelta(microseconds=self._n)).isoformat()
 
 
 def now_iso() -> str:
