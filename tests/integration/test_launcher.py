@@ -21,7 +21,7 @@ from tests.fixtures.nats import SecureNats
 from tests.integration.test_controller import running_controller
 from tests.support.builders import job_created, site_registered
 from tests.support.projection import running_projector
-from tests.support.site import make_site_dir
+from tests.support.site import secure_site_dir
 
 SITE, OWNER = "alpha", "ada"
 
@@ -72,10 +72,7 @@ async def submit(js: JetStreamContext, jobs: list[JobCreated]) -> list[uuid.UUID
 async def test_launcher_runs_jobs_to_completion_over_wss(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
-    settings = make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
-    )  # fmt: skip
+    settings = secure_site_dir(secure_nats, tmp_path)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         jobs = [
@@ -105,10 +102,7 @@ async def test_launcher_runs_jobs_to_completion_over_wss(
 async def test_two_launchers_never_run_the_same_job_twice(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
-    settings = make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
-    )  # fmt: skip
+    settings = secure_site_dir(secure_nats, tmp_path)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         ids = await submit(
@@ -131,10 +125,7 @@ async def test_two_launchers_never_run_the_same_job_twice(
 async def test_errors_are_retried_within_the_budget_then_fail_with_cause(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
-    settings = make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
-    )  # fmt: skip
+    settings = secure_site_dir(secure_nats, tmp_path)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         flaky = job_created(SITE, OWNER, app="flaky", workdir="flaky", parameters={"tag": "x"})
@@ -179,11 +170,7 @@ async def job_event_data(dsn: str, job_id: uuid.UUID, event_type: str) -> dict[s
 async def test_python_function_app_result_and_exception_come_back(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
-    settings = make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
-        processing={"retry_budget": 0},
-    )  # fmt: skip
+    settings = secure_site_dir(secure_nats, tmp_path, processing={"retry_budget": 0})
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         good = job_created(SITE, OWNER, app="square", workdir="sq/good", parameters={"x": "7"})
@@ -212,10 +199,7 @@ async def test_python_function_app_result_and_exception_come_back(
 async def test_a_pilot_never_leases_a_job_longer_than_its_remaining_wall_time(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
-    settings = make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE], idle_ttl_s=3,
-    )  # fmt: skip
+    settings = secure_site_dir(secure_nats, tmp_path, idle_ttl_s=3)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         long = job_created(SITE, OWNER, app="hello", workdir="long", wall_time_min=30)

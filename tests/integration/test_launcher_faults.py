@@ -23,7 +23,7 @@ from tests.integration.test_launcher import (
     until_all,
 )
 from tests.support.builders import job_created, site_registered
-from tests.support.site import make_site_dir
+from tests.support.site import secure_site_dir
 
 pytestmark = pytest.mark.slow
 SITE, OWNER = "alpha", "ada"
@@ -79,10 +79,7 @@ async def until_history_has(dsn: str, job_id: uuid.UUID, event: str, timeout_s: 
 
 @pytest.fixture
 def site(secure_nats: SecureNats, tmp_path: Path) -> SiteSettings:
-    return make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
-    )  # fmt: skip
+    return secure_site_dir(secure_nats, tmp_path)
 
 
 async def test_sigkilled_launcher_jobs_are_recovered_by_another(

@@ -17,17 +17,14 @@ from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import control_plane, submit, until_all
 from tests.integration.test_launcher_faults import history
 from tests.support.builders import job_created, site_registered
-from tests.support.site import make_site_dir
+from tests.support.site import secure_site_dir
 
 SITE, OWNER = "alpha", "ada"
 
 
 @pytest.fixture
 def site(secure_nats: SecureNats, tmp_path: Path) -> SiteSettings:
-    return make_site_dir(
-        tmp_path, SITE, wss_url=secure_nats.server.websocket_url,
-        ca_file=secure_nats.ca_file, seed_file=secure_nats.seed_files[SITE],
-    )  # fmt: skip
+    return secure_site_dir(secure_nats, tmp_path)
 
 
 def lode(*args: str) -> subprocess.CompletedProcess[str]:

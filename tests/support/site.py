@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 from agents.site.settings import SiteSettings, load_site_settings
+from tests.fixtures.nats import SecureNats
 
 TEST_APPS = Path(__file__).parent.parent / "data" / "apps"
 
@@ -38,3 +39,13 @@ def make_site_dir(
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())
     return load_site_settings(directory)
+
+
+def secure_site_dir(
+    secure: SecureNats, root: Path, processing: dict[str, object] | None = None, **launcher: object
+) -> SiteSettings:
+    """A site directory for site ``alpha`` of the ``secure_nats`` fixture."""
+    return make_site_dir(
+        root, "alpha", wss_url=secure.server.websocket_url, ca_file=secure.ca_file,
+        seed_file=secure.seed_files["alpha"], processing=processing, **launcher,
+    )  # fmt: skip
