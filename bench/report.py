@@ -12,6 +12,7 @@ from typing import Any
 
 import orjson
 
+from bench.probe import OTHERS
 from bench.stats import REPO
 from infra.nats.server import find_binary
 from infra.postgres.server import postgres_bin_dir
@@ -85,6 +86,8 @@ def markdown(record: dict[str, Any]) -> str:
         f"Python {facts['python']}; {facts['nats_server']}; {facts['postgres']}; "
         f"commit {facts['git_commit']}",
         "",
+        _contention(record),
+        "",
         "| phase | figure | value | target | |",
         "|---|---|---:|---|---|",
     ]
@@ -102,6 +105,28 @@ def markdown(record: dict[str, Any]) -> str:
     if plan:
         lines += ["", f"Slowest query shape: `{plan[0]}`", "", "```", *plan[1], "```"]
     return "\n".join(lines)
+
+
+def _cpu_readings(node: Any) -> list[dict[str, float]]:
+    if isinstance(node, dict):
+        found = [node] if OTHERS in node else []
+        for value in node.values():
+            found += _cpu_readings(value)
+        return found
+    if isinstance(node, list):
+        return [r for value in node for r in _cpu_readings(value)]
+    return []
+
+
+def _contention(record: dict[str, Any]) -> str:
+    """Whether anything else competed for the CPU while figures were taken."""
+    others = [r[OTHERS] for r in _cpu_readings(record["phases"])]
+    worst = max(others, default=0.0)
+    verdict = "clean" if worst < 15 else "**contended: compare with care**"
+    return (
+        f"Other processes on the machine during the measured windows: up to {worst:.0f}% "
+        f"of a core ({verdict})."
+    )
 
 
 def _slowest_plan(record: dict[str, Any]) -> tuple[str, list[str]] | None:
