@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import psycopg
 
+from bench.probe import CpuMeter
 from bench.stack import free_ports
 from client.sites import init_site_dir
 from lodestream.embedded import EmbeddedStack, StackInfo
@@ -99,9 +100,24 @@ class LifecycleBench:
         cli = [sys.executable, "-m", "client.cli.main", "launcher", "--site", str(self.site_dir),
                "--wall-time-min", "600"]  # fmt: skip
         pilot = ServiceProcess(name, cli, {}, self.root / f"{name}.log")
+        opened = self._open_sessions()
         pilot.start()
         self.pilots.append(pilot)
+        # Measure a pilot that is up: its session is open (it starts leasing right after).
+        deadline = time.monotonic() + 60
+        while self._open_sessions() <= opened:
+            if time.monotonic() > deadline or not pilot.running:
+                raise RuntimeError(f"pilot {name} did not open its session; see its log")
+            time.sleep(0.05)
         return pilot
+
+    def _open_sessions(self) -> int:
+        assert self.info is not None
+        with psycopg.connect(self.info.database_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM rm.sessions WHERE site = %s AND state = 'open'", (SITE,)
+            ).fetchone()
+        return int(row[0]) if row else 0
 
     def stop(self) -> None:
         for pilot in self.pilots:
@@ -141,6 +157,7 @@ class LifecycleBench:
     def throughput(self, n: int) -> dict[str, Any]:
         tag = f"tp-{uuid.uuid4().hex[:8]}"
         jobs = self._jobs(n, tag)
+        meter = CpuMeter(self.pids()).start()
         started = time.perf_counter()
         with self.http() as http:
             for i in range(0, n, 5000):
@@ -153,7 +170,35 @@ class LifecycleBench:
             time.sleep(0.5)
         total = time.perf_counter() - started
         return {"jobs": n, "finished": done, "seconds": total, "submit_seconds": submitted,
-                "jobs_per_s": done / total, "progress": samples[-20:]}  # fmt: skip
+                "jobs_per_s": done / total, "cpu_percent": meter.stop(),
+                "stage_gaps_ms": self._stage_gaps(tag), "progress": samples[-20:]}  # fmt: skip
+
+    def _stage_gaps(self, tag: str) -> dict[str, dict[str, float]]:
+        """p50/p95 of the time between consecutive stages (who made each job wait, and how long)."""
+        stages = ["CREATED", "PREPROCESSED", "RUNNING", "RUN_DONE", "JOB_FINISHED"]
+        assert self.info is not None
+        gaps: dict[str, dict[str, float]] = {}
+        with psycopg.connect(self.info.database_url) as conn:
+            for before, after in zip(stages, stages[1:], strict=False):
+                row = conn.execute(
+                    "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY extract("
+                    "epoch FROM (stage_times->>%s)::timestamptz - (stage_times->>%s)::timestamptz))"
+                    " FROM rm.jobs WHERE tags @> %s::jsonb",
+                    (after, before, json.dumps({"run": tag})),
+                ).fetchone()
+                if row and row[0]:
+                    p50, p95 = (round(float(v) * 1000, 1) for v in row[0])
+                    gaps[f"{before}->{after}"] = {"p50": p50, "p95": p95}
+        return gaps
+
+    def pids(self) -> dict[str, int]:
+        """Pids by component: the stack's (Postgres: the postmaster), the agent's, the pilots'."""
+        found = {"nats-server": self.stack.nats, "postgres": self.stack.postgres}
+        pids = {name: p.pid for name, p in found.items() if p is not None and p.pid is not None}
+        for process in [*self.stack.services, *self.pilots]:
+            if process.pid is not None:
+                pids[process.name] = process.pid
+        return pids
 
     def latency(self, n: int) -> dict[str, Any]:
         to_running: list[float] = []

@@ -130,10 +130,16 @@ def _stat_fields(pid: int) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()  # the name may contain spaces
 
 
-def _cpu_s(pid: int) -> float:
+def _cpu_s(pid: int, *, reaped: bool = False) -> float:
+    """utime + stime of ``pid``; with ``reaped``, plus that of its exited, waited-for children."""
     fields = _stat_fields(pid)
-    # fields[0] is field 3 (state): utime and stime are fields 14 and 15.
-    return (int(fields[11]) + int(fields[12])) / _CLK_TCK if fields else 0.0
+    if not fields:
+        return 0.0
+    # fields[0] is field 3 (state): utime, stime, cutime, cstime are fields 14 to 17.
+    ticks = int(fields[11]) + int(fields[12])
+    if reaped:
+        ticks += int(fields[13]) + int(fields[14])
+    return ticks / _CLK_TCK
 
 
 def _children(pid: int) -> list[int]:
@@ -147,10 +153,18 @@ def _children(pid: int) -> list[int]:
 
 
 def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
-    """CPU seconds so far per component; Postgres includes its live backends."""
-    snapshot = {name: _cpu_s(pid) for name, pid in pids.items()}
+    """CPU seconds so far per component.
+
+    Postgres is the postmaster, its live backends, and the backends that have exited (the
+    postmaster reaps them, so their time lands in its cutime/cstime).
+    """
+    # Reaped children count towards their parent: a pilot's finished tasks are its cost.
+    snapshot = {name: _cpu_s(pid, reaped=True) for name, pid in pids.items()}
     if "postgres" in pids:
-        snapshot["postgres"] += sum(_cpu_s(child) for child in _children(pids["postgres"]))
+        postmaster = pids["postgres"]
+        snapshot["postgres"] = _cpu_s(postmaster, reaped=True) + sum(
+            _cpu_s(child) for child in _children(postmaster)
+        )
     snapshot["bench"] = _cpu_s(os.getpid())
     snapshot[MACHINE] = _machine_busy_s()
     return snapshot
@@ -188,7 +202,7 @@ class CpuMeter:
     def stop(self) -> dict[str, float]:
         after = cpu_snapshot(self.pids)
         wall = max(time.perf_counter() - self._t0, 1e-9)
-        # Backends that exited during the window took their CPU time with them; clamp at 0.
+        # A backend that exits between its last reading and the reap is briefly uncounted.
         self.result = {
             name: round(max(after[name] - self._before.get(name, 0.0), 0.0) / wall * 100, 1)
             for name in after

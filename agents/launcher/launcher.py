@@ -33,7 +33,7 @@ from agents.launcher.tasks import Reaper, Tracked
 from agents.launcher.work import NotWork, WorkItem, work_item
 from agents.site.apps import ApplicationDefinition, JobContext, render_script
 from agents.site.apps.pyrun import parse_result
-from agents.site.apps.render import PYRUN_RESULT
+from agents.site.apps.render import PYRUN_RESULT, render_exec
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import pull_consumer
 from platform_adapters.compute.base import NodeSpec
@@ -271,9 +271,11 @@ class Launcher:
             workdir.mkdir(parents=True, exist_ok=True)
             context = JobContext.from_spec(item.job_id, item.spec, self._data_dir,
                                            attempt=item.attempt)  # fmt: skip
+            direct = render_exec(app, context)
             return TaskSpec(
                 job_id=job_id, script=render_script(app, context), workdir=workdir,
-                env=self._base_env,
+                env=self._base_env, argv=direct.argv if direct else None,
+                argv_env=direct.env if direct else {},
                 allocation=allocation, stdout_path=workdir / "job.out",
                 stderr_path=workdir / "job.err", ranks_per_node=item.spec.ranks_per_node,
                 threads_per_rank=item.spec.threads_per_rank,

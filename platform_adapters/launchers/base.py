@@ -43,6 +43,10 @@ class TaskSpec:
     shell-quoted, after the app's preamble); it is trusted site code. Nothing else in the spec is
     ever parsed by a shell. ``launch_params`` are backend-specific extras (e.g. mpiexec binding
     options) that backends which do not know them ignore.
+
+    ``argv``, when the site sets it, is the same job without the shell: the script's command as
+    words, with ``argv_env`` the variables the script exports before it. It is set only when
+    running the words directly is equivalent to running the script, so a backend may use either.
     """
 
     job_id: str
@@ -57,6 +61,8 @@ class TaskSpec:
     threads_per_core: int = 1
     gpus_per_rank: int = 0
     launch_params: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    argv: tuple[str, ...] | None = None
+    argv_env: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def hostnames(self) -> tuple[str, ...]:
@@ -144,6 +150,14 @@ class RunningTask(ABC):
     @abstractmethod
     def kill(self) -> None:
         """SIGKILL the whole process group now. A no-op once the task has ended."""
+
+    def exit_fd(self) -> int | None:
+        """A new descriptor that becomes readable when the task ends, or None if there is none.
+
+        Lets a caller wait for thousands of tasks in its event loop instead of polling each one.
+        The caller closes it; ``poll`` is still how the status is read.
+        """
+        return None
 
     def stderr_tail(self, max_bytes: int = DEFAULT_TAIL_BYTES) -> str:
         """The end of what the task wrote to stderr, for the job's error event."""

@@ -384,3 +384,67 @@ def test_fake_follows_a_hand_driven_clock(tmp_path: Path) -> None:
     assert now[0] == 130.0
     assert launcher.started == [task]
     assert task.pid > 2**22  # never a real process id
+
+
+# --- the local launcher without bash (TaskSpec.argv) ------------------------------------------
+
+
+def direct_spec(tmp_path: Path, argv: tuple[str, ...], **argv_env: str) -> TaskSpec:
+    # The script says something else, so a test sees which of the two ran.
+    spec = make_spec(tmp_path, "echo from-bash; exit 7", threads_per_rank=3)
+    return replace(spec, argv=argv, argv_env=argv_env)
+
+
+def test_local_runs_argv_directly_with_the_exported_environment(tmp_path: Path) -> None:
+    spec = direct_spec(tmp_path, ("env", "-0"), OMP_NUM_THREADS="8", MODE="$(x) 'y'")
+    task = LocalLauncher().start(spec)
+    assert task.wait(WAIT_S) == 0
+    seen = dict(i.split("=", 1) for i in spec.stdout_path.read_text().split("\0") if i)
+    assert seen["MODE"] == "$(x) 'y'"
+    assert seen["OMP_NUM_THREADS"] == "8"  # the app's export wins, as in the script
+    assert seen["LODE_JOB_ID"] == "job-1"
+
+
+def test_local_direct_task_is_the_program_itself(tmp_path: Path) -> None:
+    spec = direct_spec(tmp_path, ("sleep", "30"))
+    task = LocalLauncher().start(spec)
+    try:
+        exe = Path(f"/proc/{task.pid}/exe").resolve()
+        assert exe.name == "sleep"  # no bash in between
+        assert os.getpgid(task.pid) == task.pid  # still the leader of its own group
+        assert Path(f"/proc/{task.pid}/cwd").resolve() == spec.workdir.resolve()
+    finally:
+        task.kill()
+        assert task.wait(WAIT_S) == -signal.SIGKILL
+
+
+def test_local_relative_program_is_the_workdirs(tmp_path: Path) -> None:
+    spec = direct_spec(tmp_path, ("./tool", "a b"))
+    tool = spec.workdir / "tool"
+    tool.write_text("#!/bin/sh\nprintf '%s|' \"$@\"\n")
+    tool.chmod(0o755)
+    task = LocalLauncher().start(spec)
+    assert task.wait(WAIT_S) == 0
+    assert spec.stdout_path.read_text() == "a b|"
+
+
+@pytest.mark.parametrize("program", ["no-such-program-here", "./missing", "./no-shebang", "./dir"])
+def test_local_program_it_cannot_exec_is_left_to_bash(tmp_path: Path, program: str) -> None:
+    spec = direct_spec(tmp_path, (program,))
+    (spec.workdir / "no-shebang").write_text("echo not a binary\n")
+    (spec.workdir / "no-shebang").chmod(0o755)  # exec fails (ENOEXEC); bash runs such files
+    (spec.workdir / "dir").mkdir(mode=0o755)
+    task = LocalLauncher().start(spec)
+    assert task.wait(WAIT_S) == 7  # the script ran: bash reports what went wrong, as always
+    assert task.spec.stdout_path.read_text() == "from-bash\n"
+
+
+def test_local_argv_program_found_on_the_exported_path(tmp_path: Path) -> None:
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "hello-tool").write_text("#!/bin/sh\necho hello\n")
+    (tools / "hello-tool").chmod(0o755)
+    spec = direct_spec(tmp_path, ("hello-tool",), PATH=f"{tools}:/usr/bin:/bin")
+    task = LocalLauncher().start(spec)
+    assert task.wait(WAIT_S) == 0
+    assert spec.stdout_path.read_text() == "hello\n"

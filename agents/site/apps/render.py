@@ -11,11 +11,13 @@ import inspect
 import json
 import shlex
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from agents.site.apps.definition import ApplicationDefinition, JobContext
 from agents.site.apps.errors import AppDefinitionError, ParameterError
+from agents.site.apps.simple import simple_argv
 from agents.site.apps.template import substitute
 
 PYRUN_DIR: Final = ".lode"
@@ -88,6 +90,35 @@ def render_script(app_cls: type[ApplicationDefinition], job: JobContext) -> str:
         lines.append(f"printf '%s\\n' {shlex.quote(json.dumps(resolved))} > {PYRUN_PARAMS}")
     lines.append(render_command(app_cls, resolved))
     return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class ExecForm:
+    """The job's command as words to execute directly, and what ``render_script`` would export."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+def render_exec(app_cls: type[ApplicationDefinition], job: JobContext) -> ExecForm | None:
+    """``render_script`` without bash, when that changes nothing (see ``simple.py``), else None.
+
+    Python-function apps and apps with a shell preamble always need their script.
+    """
+    spec = app_cls.spec
+    if spec.is_python or spec.command_template is None:
+        return None
+    preamble = app_cls(job).shell_preamble()
+    if not isinstance(preamble, str):
+        raise AppDefinitionError(f"{spec.name}.shell_preamble() must return a str")
+    if preamble.strip():
+        return None
+    argv = simple_argv(render_command(app_cls, job.parameters))
+    if argv is None:
+        return None
+    env = {**spec.environment_variables, "LODE_JOB_ID": str(job.job_id),
+           "LODE_JOB_ATTEMPT": f"{job.attempt:d}", "PWD": str(job.workdir)}  # fmt: skip
+    return ExecForm(argv=tuple(argv), env=env)
 
 
 def apps_dir_of(app_cls: type[ApplicationDefinition]) -> Path:
