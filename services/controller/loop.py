@@ -12,6 +12,7 @@ import asyncio
 import logging
 import uuid
 from collections import OrderedDict
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -46,9 +47,12 @@ REACTS_TO = (
     "created", "awaiting_parents", "finished", "failed", "killed", "run_done",
     "postprocessed", "staged_out", "reset",
 )  # fmt: skip
+FINAL_EVENTS = frozenset({"job.finished", "job.failed", "job.killed"})
 EVENT_FILTERS = [f"evt.*.job.*.{name}" for name in REACTS_TO] + ["evt.*.app.>", "evt.*.site.>"]
 MARKER_HEADER = "Nats-Marker-Reason"
 SPEC_CACHE_SIZE = 200_000
+STARTUP_WAIT_S = 300.0
+AWAITED_MAX = 1_000_000
 
 
 async def ensure_durable(
@@ -80,10 +84,19 @@ class Controller:
         self._batch = batch
         self._apps: dict[tuple[str, str], App] = {}
         self._specs: OrderedDict[uuid.UUID, JobSpec] = OrderedDict()
+        # Jobs that a job not yet released waits on. Only their end needs the read model (to
+        # find the children); every other job's end is decided without waiting for the projector.
+        # A superset is safe (it costs a query); None means "too many to track: always query".
+        self._awaited: set[uuid.UUID] | None = set()
         self.appended = 0
         self.conflicts = 0
 
     async def run(self, stop: asyncio.Event) -> None:
+        # Everything before the stream's end is in the read model once the projector gets
+        # there; everything after comes to us (unacked or new), including every job.created.
+        info = await self._js.stream_info(EVENTS_STREAM)
+        await self._reads.wait_for(int(info.state.last_seq), timeout_s=STARTUP_WAIT_S)
+        self._awaited = await self._reads.awaited_parents()
         self._apps = await self._reads.apps()
         for site in await self._reads.live_sites():
             await ensure_site_consumers(self._js, site)
@@ -131,6 +144,7 @@ class Controller:
                 items.append((msg.metadata.sequence.stream, decode(msg.data)))
             except DecodeError:
                 continue  # the projector quarantines it; nothing to decide
+        self._await_parents_of(e for _, e in items)
         appends: list[Append] = []
         needs_reads = any(self._needs_reads(e) for _, e in items)
         if needs_reads:
@@ -138,11 +152,32 @@ class Controller:
         for seq, event in items:
             appends += await self._decide(seq, event)
         await self._append(appends)
+        # Their children are decided and appended: nobody waits on these jobs any more. (Not
+        # before: a batch that fails is redelivered and must find them again.)
+        if self._awaited is not None:
+            self._awaited.difference_update(
+                e.aggregate_id for _, e in items if e.type in FINAL_EVENTS
+            )
+
+    def _await_parents_of(self, events: Iterable[Event]) -> None:
+        if self._awaited is None:
+            return
+        for event in events:
+            if isinstance(event, JobCreated):
+                self._awaited.update(event.data.parent_ids)
+        if len(self._awaited) > AWAITED_MAX:
+            log.warning("controller: over %d awaited parents; reading children always", AWAITED_MAX)
+            self._awaited = None
 
     def _needs_reads(self, event: Event) -> bool:
         if isinstance(event, JobCreated):
             return bool(event.data.parent_ids)
-        return event.type in {"job.awaiting_parents", "job.finished", "job.failed", "job.killed"}
+        if event.type in FINAL_EVENTS:
+            return self._is_awaited(event.aggregate_id)
+        return event.type == "job.awaiting_parents"
+
+    def _is_awaited(self, job_id: uuid.UUID) -> bool:
+        return self._awaited is None or job_id in self._awaited
 
     async def _decide(self, seq: int, event: Event) -> list[Append]:
         if event.kind in {"app", "site"}:
@@ -168,7 +203,9 @@ class Controller:
             return decide.on_created_or_waiting(
                 event, event.aggregate_id, seq, spec, app, parents=parents, waiting=True
             )
-        if event.type in {"job.finished", "job.failed", "job.killed"}:
+        if event.type in FINAL_EVENTS:
+            if not self._is_awaited(event.aggregate_id):
+                return []
             children = await self._reads.waiting_children(event.aggregate_id)
             wanted = sorted({p for _, _, child in children for p in child.parent_ids})
             parents = await self._reads.states(wanted)

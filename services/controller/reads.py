@@ -105,6 +105,16 @@ class ReadModel:
             for r in await cursor.fetchall()
         ]
 
+    async def awaited_parents(self) -> set[uuid.UUID]:
+        """Ids of the jobs that some job not yet released still waits on."""
+        conn = await self._c()
+        cursor = await conn.execute(
+            "SELECT DISTINCT unnest(parent_ids) FROM rm.jobs "
+            "WHERE state = ANY(%s) AND cardinality(parent_ids) > 0",
+            ([JobState.CREATED.value, JobState.AWAITING_PARENTS.value],),
+        )
+        return {row[0] for row in await cursor.fetchall()}
+
     async def live_sites(self) -> list[str]:
         conn = await self._c()
         cursor = await conn.execute("SELECT name FROM rm.sites WHERE removed_at IS NULL")

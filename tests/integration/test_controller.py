@@ -115,6 +115,49 @@ async def test_dag_children_wait_for_all_parents_then_run(
     ]  # fmt: skip
 
 
+async def test_a_restarted_controller_still_releases_children_waiting_since_before(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """The awaited parents are learnt from the read model at start, not only from job.created."""
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    parent = job_created(SITE, OWNER)
+    child = job_created(SITE, OWNER, parent_ids=[parent.aggregate_id])
+    loner = job_created(SITE, OWNER)
+    for event in (parent, child, loner):
+        await log.append(event, expect=0)
+    async with running_projector(js, database_url):
+        async with running_controller(js, database_url):
+            await until_state(database_url, child.aggregate_id, "AWAITING_PARENTS")
+            seq = await until_state(database_url, parent.aggregate_id, "PREPROCESSED")
+            loner_seq = await until_state(database_url, loner.aggregate_id, "PREPROCESSED")
+        async with running_controller(js, database_url):
+            await run_to_done(log, parent.aggregate_id, seq)
+            await run_to_done(log, loner.aggregate_id, loner_seq)
+            await until_state(database_url, child.aggregate_id, "PREPROCESSED")
+            await until_state(database_url, loner.aggregate_id, "JOB_FINISHED")
+    assert await history(database_url, child.aggregate_id) == [
+        "job.created", "job.awaiting_parents", "job.preprocessed",
+    ]  # fmt: skip
+
+
+async def test_a_child_created_after_its_parent_finished_starts_at_once(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    parent = job_created(SITE, OWNER)
+    await log.append(parent, expect=0)
+    async with running_projector(js, database_url), running_controller(js, database_url):
+        seq = await until_state(database_url, parent.aggregate_id, "PREPROCESSED")
+        await run_to_done(log, parent.aggregate_id, seq)
+        await until_state(database_url, parent.aggregate_id, "JOB_FINISHED")
+        child = job_created(SITE, OWNER, parent_ids=[parent.aggregate_id])
+        await log.append(child, expect=0)
+        await until_state(database_url, child.aggregate_id, "PREPROCESSED")
+    assert await history(database_url, child.aggregate_id) == ["job.created", "job.preprocessed"]
+
+
 async def test_failure_propagates_down_the_dag_with_its_cause(
     js: JetStreamContext, database_url: str
 ) -> None:
