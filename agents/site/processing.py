@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from agents.site.apps import ApplicationDefinition, Decision, JobContext
 from lodestream.eventlog import ConflictError, EventLog
 from schemas.codec import DecodeError, decode
@@ -59,6 +61,8 @@ class Processing:
 
     async def handle(self, msg: Any) -> None:
         """Act on one delivered message; the caller acks it afterwards."""
+        if self._nothing_to_do(msg):
+            return
         try:
             event = decode(msg.data)
         except DecodeError as exc:
@@ -71,7 +75,7 @@ class Processing:
             return
         app = self._apps.get(spec.app)
         if event.type == "job.finished":
-            if app is not None:
+            if app is not None and app.spec.cleanup_files:
                 workdir = self._data_dir / spec.workdir
                 await asyncio.to_thread(_remove_globs, workdir, app.spec.cleanup_files)
             return
@@ -82,6 +86,27 @@ class Processing:
                 self.handled += 1
             except ConflictError:
                 pass  # the job moved on (killed, or this was a redelivery already acted on)
+
+    def _nothing_to_do(self, msg: Any) -> bool:
+        """Whether the delivery is a run_done or finished of an app with no hook for it.
+
+        Most jobs' run_done and finished come here only to be acked; telling so from the
+        subject and the app's name saves validating the whole event. Anything unexpected in
+        the document goes the full way (and is reported there).
+        """
+        kind = msg.subject.rsplit(".", 1)[-1]
+        if kind not in {"run_done", "finished"}:
+            return False
+        try:
+            name = orjson.loads(msg.data)["data"]["work"]["app"]
+        except (orjson.JSONDecodeError, KeyError, TypeError):
+            return False
+        app = self._apps.get(name) if isinstance(name, str) else None
+        if app is None:
+            return False
+        if kind == "finished":
+            return not app.spec.cleanup_files
+        return not _overrides(app, "postprocess")
 
     async def _decide(
         self, event: Event, spec: JobSpec, app: type[ApplicationDefinition] | None

@@ -73,6 +73,12 @@ async def ensure_durable(
         await js.add_consumer(stream, config)
 
 
+def _is_job_end(subject: str) -> bool:
+    """``evt.<site>.job.<id>.finished|failed|killed``: the subject tells the type."""
+    parts = subject.split(".")
+    return len(parts) == 5 and parts[2] == "job" and f"job.{parts[4]}" in FINAL_EVENTS
+
+
 class Controller:
     def __init__(
         self, js: JetStreamContext, dsn: str, *, durable: str = "controller", batch: int = 500
@@ -138,13 +144,11 @@ class Controller:
     # --- EVENTS ---------------------------------------------------------------------------
 
     async def _on_events(self, msgs: list[Any]) -> None:
-        items: list[tuple[int, Event]] = []
-        for msg in msgs:
-            try:
-                items.append((msg.metadata.sequence.stream, decode(msg.data)))
-            except DecodeError:
-                continue  # the projector quarantines it; nothing to decide
+        items = self._decoded([m for m in msgs if not _is_job_end(m.subject)])
         self._await_parents_of(e for _, e in items)
+        # Only now, so that a job.created earlier in this batch makes its parents awaited.
+        ends = [m for m in msgs if _is_job_end(m.subject) and not self._unawaited_end(m.subject)]
+        items = sorted(items + self._decoded(ends), key=lambda item: item[0])
         appends: list[Append] = []
         needs_reads = any(self._needs_reads(e) for _, e in items)
         if needs_reads:
@@ -158,6 +162,16 @@ class Controller:
             self._awaited.difference_update(
                 e.aggregate_id for _, e in items if e.type in FINAL_EVENTS
             )
+
+    @staticmethod
+    def _decoded(msgs: list[Any]) -> list[tuple[int, Event]]:
+        items: list[tuple[int, Event]] = []
+        for msg in msgs:
+            try:
+                items.append((msg.metadata.sequence.stream, decode(msg.data)))
+            except DecodeError:
+                continue  # the projector quarantines it; nothing to decide
+        return items
 
     def _await_parents_of(self, events: Iterable[Event]) -> None:
         if self._awaited is None:
@@ -175,6 +189,13 @@ class Controller:
         if event.type in FINAL_EVENTS:
             return self._is_awaited(event.aggregate_id)
         return event.type == "job.awaiting_parents"
+
+    def _unawaited_end(self, subject: str) -> bool:
+        """Whether a job end's subject names a job nobody waits on (no decoding needed)."""
+        try:
+            return not self._is_awaited(uuid.UUID(subject.split(".")[3]))
+        except ValueError:
+            return False
 
     def _is_awaited(self, job_id: uuid.UUID) -> bool:
         return self._awaited is None or job_id in self._awaited

@@ -7,6 +7,8 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
+from types import SimpleNamespace
+from typing import Any
 
 import orjson
 import psycopg
@@ -156,6 +158,34 @@ async def test_a_child_created_after_its_parent_finished_starts_at_once(
         await log.append(child, expect=0)
         await until_state(database_url, child.aggregate_id, "PREPROCESSED")
     assert await history(database_url, child.aggregate_id) == ["job.created", "job.preprocessed"]
+
+
+async def test_a_child_created_in_the_batch_where_its_parent_ends_is_decided(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """A controller that knows no awaited parent still fails the child of a parent killed in
+    the same batch (the child's creation reads the parent's state as of the whole batch)."""
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    parent = job_created(SITE, OWNER)
+    parent_seq = (await log.append(parent, expect=0)).seq
+    child = job_created(SITE, OWNER, parent_ids=[parent.aggregate_id])
+    seqs = [(await log.append(child, expect=0)).seq]
+    kill = JobKilled.create(site=SITE, aggregate_id=parent.aggregate_id, actor=f"user:{OWNER}")
+    seqs.append((await log.append(kill, expect=parent_seq)).seq)
+    async with running_projector(js, database_url):
+        await wait_for_position(database_url, seqs[-1])
+        controller = Controller(js, database_url)  # not started: it knows no awaited parent
+        batch = [delivered(await js.get_msg(EVENTS_STREAM, seq)) for seq in seqs]
+        await controller._on_events(batch)
+        await until_state(database_url, child.aggregate_id, "FAILED")
+
+
+def delivered(raw: Any) -> SimpleNamespace:
+    """A stored message as a consumer delivers it (what the controller reads of one)."""
+    sequence = SimpleNamespace(stream=raw.seq)
+    return SimpleNamespace(subject=raw.subject, data=raw.data,
+                           metadata=SimpleNamespace(sequence=sequence))  # fmt: skip
 
 
 async def test_failure_propagates_down_the_dag_with_its_cause(
