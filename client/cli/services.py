@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from pathlib import Path
 
 import typer
 
 from client.cli.common import STATE_DIR_OPTION, console, print_error
+from lodestream import aio
 from lodestream.embedded.state import apply_stack_environment
 from lodestream.settings import Settings
 
@@ -43,7 +43,7 @@ def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the controller (DAG release, lease expiry and fencing) until SIGINT/SIGTERM."""
     from services.controller.main import run  # noqa: PLC0415
 
-    asyncio.run(run(_settings(state_dir)))
+    aio.run(run(_settings(state_dir)))
 
 
 @projector_app.command("run")
@@ -51,7 +51,7 @@ def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the live projector until SIGINT/SIGTERM."""
     from services.projector.main import run  # noqa: PLC0415
 
-    asyncio.run(run(_settings(state_dir)))
+    aio.run(run(_settings(state_dir)))
 
 
 @projector_app.command("rebuild")
@@ -59,7 +59,7 @@ def projector_rebuild(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Replay the log from sequence 1 into fresh tables and swap them in atomically."""
     from services.projector.main import rebuild  # noqa: PLC0415
 
-    report = asyncio.run(rebuild(_settings(state_dir)))
+    report = aio.run(rebuild(_settings(state_dir)))
     console.print(
         f"rebuilt {report.events:,} events ({report.jobs:,} jobs, {report.quarantined} "
         f"quarantined) in {report.seconds:.1f}s — {report.events_per_second:,.0f} events/s"

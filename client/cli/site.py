@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -16,6 +15,7 @@ from rich.table import Table
 
 from client.cli.common import STATE_DIR_OPTION, api_client, console, err_console, print_error
 from client.errors import ApiError
+from lodestream import aio
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
 
@@ -89,7 +89,7 @@ def site_start(
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        asyncio.run(run(directory))
+        aio.run(run(directory))
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
@@ -154,7 +154,7 @@ def launcher(
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        report = asyncio.run(run(site, wall_time_min=wall_time_min))
+        report = aio.run(run(site, wall_time_min=wall_time_min))
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc

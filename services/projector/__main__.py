@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
+from lodestream import aio
 from lodestream.settings import Settings
 from services.projector.main import run
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    asyncio.run(run(Settings()))
+    aio.run(run(Settings()))
 
 
 if __name__ == "__main__":
