@@ -17,6 +17,7 @@ agent and one pilot, and measures:
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import signal
@@ -179,7 +180,7 @@ class LifecycleBench:
         assert self.info is not None
         gaps: dict[str, dict[str, float]] = {}
         with psycopg.connect(self.info.database_url) as conn:
-            for before, after in zip(stages, stages[1:], strict=False):
+            for before, after in itertools.pairwise(stages):
                 row = conn.execute(
                     "SELECT percentile_cont(ARRAY[0.5, 0.95]) WITHIN GROUP (ORDER BY extract("
                     "epoch FROM (stage_times->>%s)::timestamptz - (stage_times->>%s)::timestamptz))"
