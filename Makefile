@@ -59,9 +59,14 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-.PHONY: bench
-bench: $(STAMP) ## Run the benchmarks (writes bench/out/, see bench/RESULTS.md)
+.PHONY: bench bench-spine bench-lifecycle
+bench: bench-spine bench-lifecycle ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+
+bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+bench-lifecycle: $(STAMP) ## Whole job lifecycle on a local site and pilot (LIFECYCLE_ARGS=--jobs 2000)
+	$(BIN)/python -m bench.lifecycle $(LIFECYCLE_ARGS)
 
 .PHONY: clean
 clean: ## Remove caches (keeps the venv and the state dir)
