@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from itertools import pairwise
+from itertools import pairwise, product
+from pathlib import PurePosixPath
 from typing import Any
 
 import orjson
@@ -474,3 +475,20 @@ def test_derived_id_is_stable() -> None:
     assert first.version == 5
     assert derived_id(cause, "job.failed") != first
     assert derived_id("job.ready", cause) != first
+
+
+def test_workdir_check_agrees_with_posix_path_semantics() -> None:
+    """The string test of JobSpec.workdir refuses exactly what PurePosixPath calls escaping."""
+    parts = ["", "a", ".", "..", "...", "..a", "a..", "/", "//", "b c"]
+    for combo in product(parts, repeat=3):
+        value = "/".join(combo)
+        if not value:
+            continue
+        path = PurePosixPath(value)
+        escapes = path.is_absolute() or ".." in path.parts
+        try:
+            JobSpec(site=SITE, app="demo", workdir=value)
+        except ValueError:
+            assert escapes, value
+        else:
+            assert not escapes, value
