@@ -31,9 +31,9 @@ from nats.js.errors import APIError
 from agents.launcher.session import LauncherSession
 from agents.launcher.tasks import Reaper, Tracked
 from agents.launcher.work import NotWork, WorkItem, work_item
-from agents.site.apps import ApplicationDefinition, JobContext, render_script
+from agents.site.apps import ApplicationDefinition, JobContext
 from agents.site.apps.pyrun import parse_result
-from agents.site.apps.render import PYRUN_RESULT, render_exec
+from agents.site.apps.render import PYRUN_RESULT, render_job
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import pull_consumer
 from platform_adapters.compute.base import NodeSpec
@@ -271,9 +271,10 @@ class Launcher:
             workdir.mkdir(parents=True, exist_ok=True)
             context = JobContext.from_spec(item.job_id, item.spec, self._data_dir,
                                            attempt=item.attempt)  # fmt: skip
-            direct = render_exec(app, context)
+            rendered = render_job(app, context)
+            direct = rendered.direct
             return TaskSpec(
-                job_id=job_id, script=render_script(app, context), workdir=workdir,
+                job_id=job_id, script=rendered.script, workdir=workdir,
                 env=self._base_env, argv=direct.argv if direct else None,
                 argv_env=direct.env if direct else {},
                 allocation=allocation, stdout_path=workdir / "job.out",

@@ -34,6 +34,7 @@ from schemas.events import (
 from schemas.events.job import FailureData, RetryData, RunResultData, StepData
 from schemas.ids import derived_id
 from schemas.resources import JobSpec
+from schemas.subjects import parse_event_subject
 
 log = logging.getLogger(__name__)
 
@@ -94,17 +95,17 @@ class Processing:
         subject and the app's name saves validating the whole event. Anything unexpected in
         the document goes the full way (and is reported there).
         """
-        kind = msg.subject.rsplit(".", 1)[-1]
-        if kind not in {"run_done", "finished"}:
-            return False
         try:
+            kind = parse_event_subject(msg.subject).event_type
+            if kind not in {"job.run_done", "job.finished"}:
+                return False
             name = orjson.loads(msg.data)["data"]["work"]["app"]
-        except (orjson.JSONDecodeError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError):  # SubjectError, JSONDecodeError included
             return False
         app = self._apps.get(name) if isinstance(name, str) else None
         if app is None:
             return False
-        if kind == "finished":
+        if kind == "job.finished":
             return not app.spec.cleanup_files
         return not _overrides(app, "postprocess")
 

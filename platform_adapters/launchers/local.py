@@ -48,7 +48,10 @@ def render_command(spec: TaskSpec, bash: str = "/bin/bash") -> list[str]:
 
 
 def direct_command(spec: TaskSpec, env: Mapping[str, str]) -> list[str] | None:
-    """``spec.argv`` with its program resolved as bash would (the task's PATH), or None."""
+    """``spec.argv`` with its program resolved as bash would, on ``env``'s PATH, or None.
+
+    ``env`` is the task's whole environment, ``argv_env`` included.
+    """
     if not spec.argv:
         return None
     program = spec.argv[0]
@@ -57,7 +60,7 @@ def direct_command(spec: TaskSpec, env: Mapping[str, str]) -> list[str] | None:
         if not os.access(resolved, os.X_OK) or resolved.is_dir():
             return None
         return [str(resolved), *spec.argv[1:]]
-    path = {**env, **spec.argv_env}.get("PATH", os.defpath)
+    path = env.get("PATH", os.defpath)
     found = shutil.which(program, path=path)
     if found is None or not Path(found).is_absolute():
         return None
@@ -98,11 +101,12 @@ class LocalLauncher(AppLauncher):
     ) -> subprocess.Popen[bytes] | None:
         """The task without bash, or None when bash must run it (it also reports exec errors:
         a file without ``#!`` that bash runs as a script, a binary for another machine, …)."""
+        env = {**env, **spec.argv_env}  # what the script would have exported
         argv = direct_command(spec, env)
         if argv is None:
             return None
         try:
-            return self._popen(argv, spec, {**env, **spec.argv_env}, fds)
+            return self._popen(argv, spec, env, fds)
         except OSError:
             return None
 

@@ -35,7 +35,7 @@ from schemas.events import (
     SiteRemoved,
 )
 from schemas.resources import App, JobSpec
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
 from services.controller import decide
 from services.controller.decide import Append
 from services.controller.errors import ReadModelLag
@@ -73,10 +73,13 @@ async def ensure_durable(
         await js.add_consumer(stream, config)
 
 
-def _is_job_end(subject: str) -> bool:
-    """``evt.<site>.job.<id>.finished|failed|killed``: the subject tells the type."""
-    parts = subject.split(".")
-    return len(parts) == 5 and parts[2] == "job" and f"job.{parts[4]}" in FINAL_EVENTS
+def _ended_job(subject: str) -> uuid.UUID | None:
+    """The job a ``job.finished|failed|killed`` subject is about (None for any other subject)."""
+    try:
+        parsed = parse_event_subject(subject)
+        return uuid.UUID(parsed.aggregate_id) if parsed.event_type in FINAL_EVENTS else None
+    except ValueError:  # SubjectError included: the projector quarantines such messages
+        return None
 
 
 class Controller:
@@ -144,10 +147,12 @@ class Controller:
     # --- EVENTS ---------------------------------------------------------------------------
 
     async def _on_events(self, msgs: list[Any]) -> None:
-        items = self._decoded([m for m in msgs if not _is_job_end(m.subject)])
+        ended = [(msg, _ended_job(msg.subject)) for msg in msgs]
+        items = self._decoded([msg for msg, job in ended if job is None])
         self._await_parents_of(e for _, e in items)
-        # Only now, so that a job.created earlier in this batch makes its parents awaited.
-        ends = [m for m in msgs if _is_job_end(m.subject) and not self._unawaited_end(m.subject)]
+        # Only now, so that a job.created earlier in this batch makes its parents awaited. The
+        # end of a job nobody waits on (the most common delivery) is not even decoded.
+        ends = [msg for msg, job in ended if job is not None and self._is_awaited(job)]
         items = sorted(items + self._decoded(ends), key=lambda item: item[0])
         appends: list[Append] = []
         needs_reads = any(self._needs_reads(e) for _, e in items)
@@ -189,13 +194,6 @@ class Controller:
         if event.type in FINAL_EVENTS:
             return self._is_awaited(event.aggregate_id)
         return event.type == "job.awaiting_parents"
-
-    def _unawaited_end(self, subject: str) -> bool:
-        """Whether a job end's subject names a job nobody waits on (no decoding needed)."""
-        try:
-            return not self._is_awaited(uuid.UUID(subject.split(".")[3]))
-        except ValueError:
-            return False
 
     def _is_awaited(self, job_id: uuid.UUID) -> bool:
         return self._awaited is None or job_id in self._awaited

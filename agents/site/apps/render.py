@@ -68,13 +68,35 @@ def render_command(app_cls: type[ApplicationDefinition], params: Mapping[str, st
     ])  # fmt: skip
 
 
-def render_script(app_cls: type[ApplicationDefinition], job: JobContext) -> str:
-    """The bash script the launcher runs: cd, preamble, environment, (params file), command."""
+@dataclass(frozen=True, slots=True)
+class ExecForm:
+    """The job's command as words to execute directly, and what its script would export."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class RenderedJob:
+    """A job as the launcher runs it: its bash script, and the same without bash when possible."""
+
+    script: str
+    direct: ExecForm | None
+
+
+def render_job(app_cls: type[ApplicationDefinition], job: JobContext) -> RenderedJob:
+    """Script: cd, preamble, environment, (params file), command. Direct form: see ``simple.py``.
+
+    Python-function apps and apps with a shell preamble always need their script.
+    """
     spec = app_cls.spec
     resolved = resolve_parameters(app_cls, job.parameters)
     preamble = app_cls(job).shell_preamble()
     if not isinstance(preamble, str):
         raise AppDefinitionError(f"{spec.name}.shell_preamble() must return a str")
+    exports = {**spec.environment_variables, "LODE_JOB_ID": str(job.job_id),
+               "LODE_JOB_ATTEMPT": f"{job.attempt:d}"}  # fmt: skip
+    command = render_command(app_cls, resolved)
     lines = [
         "#!/usr/bin/env bash",
         f"# lodestream job {job.job_id}, app {spec.name}, attempt {job.attempt}",
@@ -82,43 +104,26 @@ def render_script(app_cls: type[ApplicationDefinition], job: JobContext) -> str:
     ]
     if preamble.strip():
         lines.append(preamble.strip("\n"))
-    lines += [f"export {k}={shlex.quote(v)}" for k, v in spec.environment_variables.items()]
-    lines.append(f"export LODE_JOB_ID={shlex.quote(str(job.job_id))}")
-    lines.append(f"export LODE_JOB_ATTEMPT={job.attempt:d}")
+    lines += [f"export {k}={shlex.quote(v)}" for k, v in exports.items()]
     if spec.is_python:
         lines.append(f"mkdir -p {PYRUN_DIR}")
         lines.append(f"printf '%s\\n' {shlex.quote(json.dumps(resolved))} > {PYRUN_PARAMS}")
-    lines.append(render_command(app_cls, resolved))
-    return "\n".join(lines) + "\n"
+    lines.append(command)
+    argv = None if spec.is_python or preamble.strip() else simple_argv(command)
+    direct = None
+    if argv is not None:
+        direct = ExecForm(argv=tuple(argv), env={**exports, "PWD": str(job.workdir)})
+    return RenderedJob(script="\n".join(lines) + "\n", direct=direct)
 
 
-@dataclass(frozen=True, slots=True)
-class ExecForm:
-    """The job's command as words to execute directly, and what ``render_script`` would export."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
+def render_script(app_cls: type[ApplicationDefinition], job: JobContext) -> str:
+    """The bash script the launcher runs for ``job``."""
+    return render_job(app_cls, job).script
 
 
 def render_exec(app_cls: type[ApplicationDefinition], job: JobContext) -> ExecForm | None:
-    """``render_script`` without bash, when that changes nothing (see ``simple.py``), else None.
-
-    Python-function apps and apps with a shell preamble always need their script.
-    """
-    spec = app_cls.spec
-    if spec.is_python or spec.command_template is None:
-        return None
-    preamble = app_cls(job).shell_preamble()
-    if not isinstance(preamble, str):
-        raise AppDefinitionError(f"{spec.name}.shell_preamble() must return a str")
-    if preamble.strip():
-        return None
-    argv = simple_argv(render_command(app_cls, job.parameters))
-    if argv is None:
-        return None
-    env = {**spec.environment_variables, "LODE_JOB_ID": str(job.job_id),
-           "LODE_JOB_ATTEMPT": f"{job.attempt:d}", "PWD": str(job.workdir)}  # fmt: skip
-    return ExecForm(argv=tuple(argv), env=env)
+    """The job without bash, when that changes nothing, else None."""
+    return render_job(app_cls, job).direct
 
 
 def apps_dir_of(app_cls: type[ApplicationDefinition]) -> Path:
