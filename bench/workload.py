@@ -19,7 +19,7 @@ import orjson
 from lodestream.eventlog.append import H_EXPECTED_STREAM, H_MSG_ID
 from schemas.codec import decode
 from schemas.events import JobCreated, JobFinished, JobPreprocessed, JobRunDone, JobStarted
-from schemas.events.job import RunResultData, StartedData, StepData
+from schemas.events.job import FinishedData, RunResultData, StartedData, StepData
 from schemas.ids import uuid7
 from schemas.resources import JobSpec
 from schemas.subjects import EVENTS_STREAM
@@ -140,7 +140,7 @@ class Events:
             ),
             "finished": JobFinished.create(
                 site=site, aggregate_id=job, actor="controller:bench",
-                data=StepData(skipped=("job.postprocessed", "job.staged_out")),
+                data=FinishedData(skipped=("job.postprocessed", "job.staged_out")),
             ),
         }  # fmt: skip
         self._templates = {

@@ -15,7 +15,7 @@ from datetime import datetime
 
 from schemas.envelope import Event
 from schemas.events.job import JobCreated, JobStarted, LeaseData, StartedData
-from schemas.states import SKIPPABLE, TRANSITIONS, JobState, Transition
+from schemas.states import RUN_CARRIERS, SKIPPABLE, TRANSITIONS, JobState, Transition
 
 
 class IllegalTransition(ValueError):
@@ -68,10 +68,14 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
     for skipped in _skipped(event):
         if skipped not in SKIPPABLE:
             raise IllegalTransition(f"{skipped} cannot be skipped")
+        if skipped == "job.run_done":
+            _check_run_carried(event)
         step = TRANSITIONS[skipped]
         state = _step(step, state, lease_seq is not None, skipped_in=event.type)
         if step.lease == "acquire":
             lease_seq, lease_session = seq, _session_of(event)
+        elif step.lease == "end":
+            lease_seq, lease_session = None, None
 
     state = _step(transition, state, lease_seq is not None)
     lease_seq, lease_session = _lease_after(transition, event, seq, lease_seq, lease_session)
@@ -102,6 +106,13 @@ def fold(events: Iterable[tuple[int, Event]]) -> JobView | None:
 def _skipped(event: Event) -> tuple[str, ...]:
     skipped = getattr(event.data, "skipped", ())
     return tuple(skipped)
+
+
+def _check_run_carried(event: Event) -> None:
+    # A run that is "skipped" without its result would lose the return code: only an event
+    # that carries the result may stand for job.run_done.
+    if event.type not in RUN_CARRIERS or getattr(event.data, "run", None) is None:
+        raise IllegalTransition(f"{event.type} stands for job.run_done without the run's result")
 
 
 def _session_of(event: Event) -> uuid.UUID | None:

@@ -78,7 +78,7 @@ TRANSITIONS: Final[dict[str, Transition]] = {
         _t("job.postprocessed", {S.RUN_DONE}, S.POSTPROCESSED, "site processing"),
         _t("job.restart_ready", {S.RUN_ERROR, S.RUN_TIMEOUT}, S.RESTART_READY, "site processing"),
         _t("job.staged_out", {S.POSTPROCESSED}, S.STAGED_OUT, "site transfer / controller"),
-        _t("job.finished", {S.STAGED_OUT}, S.JOB_FINISHED, "controller"),
+        _t("job.finished", {S.STAGED_OUT}, S.JOB_FINISHED, "controller / lease holder"),
         # Failure: parent failed (CREATED/AWAITING_PARENTS), stage-in failed (READY),
         # preprocess hook failed (STAGED_IN), retry budget spent (RUN_ERROR/RUN_TIMEOUT),
         # postprocess hook failed (RUN_DONE), stage-out failed (POSTPROCESSED).
@@ -108,11 +108,21 @@ SKIPPABLE: Final = frozenset(
         "job.staged_in",
         "job.preprocessed",
         "job.leased",
+        "job.run_done",
         "job.postprocessed",
         "job.staged_out",
     }
 )
-"""Steps that may be recorded as skipped inside a later event instead of appended on their own."""
+"""Steps that may be recorded as skipped inside a later event instead of appended on their own.
+
+``job.run_done`` is the one step that is not empty: the lease holder may fold it into
+``job.finished`` when nothing follows the run, and the event must then carry the run's
+result (:mod:`schemas.fold` refuses it otherwise).
+"""
+RUN_CARRIERS: Final = frozenset({"job.finished"})
+"""Events that may stand for ``job.run_done`` (with the run's result in ``data.run``)."""
+FINISHED_AT_RUN_END: Final = ("job.run_done", "job.postprocessed", "job.staged_out")
+"""What a lease holder's ``job.finished`` stands for when nothing follows the run."""
 
 
 def is_runnable(state: JobState | None) -> bool:

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from schemas.states import FINAL, RUNNABLE, SKIPPABLE, TRANSITIONS, JobState  # noqa: E402
+from schemas.states import FINAL, RUN_CARRIERS, RUNNABLE, SKIPPABLE, TRANSITIONS, JobState  # noqa: E402
 
 OUT = ROOT / "docs" / "lifecycle.md"
 
@@ -51,7 +51,10 @@ def render() -> str:
         "",
         "Steps with nothing to do are not appended on their own: a later event lists them in "
         f"`data.skipped` ({', '.join(f'`{s}`' for s in sorted(SKIPPABLE))} may be skipped), and "
-        "the fold validates the chain step by step.",
+        "the fold validates the chain step by step. "
+        f"`job.run_done` is skipped only inside {', '.join(f'`{e}`' for e in sorted(RUN_CARRIERS))}"
+        " by the lease holder, which then carries the run's result in `data.run` (a run that "
+        "nothing follows finishes the job in one event).",
         "",
     ]
     return "\n".join(lines)

@@ -5,6 +5,9 @@ Every job goes through one chain of compare-and-set appends:
     runnable event (seq s0) ──job.started(skipped: leased)──▶ s1 ──job.run_done|errored──▶ s2
 
 ``job.started`` with expect=s0 *is* the lease: exactly one launcher wins it.
+A successful run that nothing follows (no ``postprocess`` hook, no stage-out)
+is reported as ``job.finished`` standing for ``job.run_done`` too, with the
+run's result in it: one event fewer per job on the common path.
 The result chains on s1; if that append conflicts, the controller expired
 the lease in between (the pilot was paused or cut off) — the pilot was
 fenced, and its task is killed at once. A pilot that finds its heartbeat
@@ -32,6 +35,7 @@ from agents.launcher.session import LauncherSession
 from agents.launcher.tasks import Reaper, Tracked
 from agents.launcher.work import NotWork, WorkItem, work_item
 from agents.site.apps import ApplicationDefinition, JobContext
+from agents.site.apps.definition import nothing_after_run
 from agents.site.apps.pyrun import parse_result
 from agents.site.apps.render import PYRUN_RESULT, render_job
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
@@ -39,10 +43,11 @@ from lodestream.eventlog.pull import pull_consumer
 from platform_adapters.compute.base import NodeSpec
 from platform_adapters.launchers.base import AppLauncher, TaskSpec
 from platform_adapters.packing import Allocation, JobRequest, NodePacker
-from schemas.envelope import Event
-from schemas.events import JobRunDone, JobRunErrored, JobRunTimedOut, JobStarted
-from schemas.events.job import Placement, RunResultData, StartedData
+from schemas.envelope import Event, EventData
+from schemas.events import JobFinished, JobRunDone, JobRunErrored, JobRunTimedOut, JobStarted
+from schemas.events.job import FinishedData, Placement, RunResultData, StartedData
 from schemas.resources import NodeInfo
+from schemas.states import FINISHED_AT_RUN_END
 
 log = logging.getLogger(__name__)
 NAK_DELAY_S = 0.5
@@ -165,7 +170,9 @@ class Launcher:
                 await sub.stop()
 
     def _fetch_size(self) -> int:
-        free = sum(max(len(n.cpu_ids), 1) for n in self._nodes) - len(self._reaper)
+        # Every job offered holds its allocation from the lease on, not only once it runs:
+        # fetching more than that would hand the surplus back (nak) and delay it.
+        free = sum(max(len(n.cpu_ids), 1) for n in self._nodes) - len(self._jobs)
         return max(1, min(self._max_fetch, free))
 
     def _has_free_cpu(self) -> bool:
@@ -297,16 +304,24 @@ class Launcher:
             result = outcome.result if outcome.ok else None
             if not outcome.ok:
                 tail = (outcome.traceback or outcome.error or tail)[-4000:]
-        data = RunResultData(return_code=code, stderr_tail=tail[-4000:], runtime_s=runtime,
-                             result=result, work=item.spec, attempt=item.attempt)  # fmt: skip
+        run = RunResultData(return_code=code, stderr_tail=tail[-4000:], runtime_s=runtime,
+                            result=result, attempt=item.attempt)  # fmt: skip
+        data: EventData = run.model_copy(update={"work": item.spec})
         kind: type[Event] = JobRunDone if code == 0 else JobRunErrored
+        app = self._apps.get(item.spec.app)
+        if code == 0 and app is not None and nothing_after_run(app, item.spec):
+            # Nothing happens between RUN_DONE and JOB_FINISHED: one event instead of the
+            # run_done the controller would answer with job.finished (ARCHITECTURE.md §4).
+            kind = JobFinished
+            data = FinishedData(skipped=FINISHED_AT_RUN_END, work=item.spec,
+                                attempt=item.attempt, run=run)  # fmt: skip
         if await self._report(item, kind, data):
             if code == 0:
                 self.report.finished += 1
             else:
                 self.report.errored += 1
 
-    async def _report(self, item: WorkItem, kind: type[Event], data: RunResultData) -> bool:
+    async def _report(self, item: WorkItem, kind: type[Event], data: EventData) -> bool:
         """Append the job's run result on our chain; each job gets at most one result."""
         job_id = str(item.job_id)
         expect = self._chains.pop(job_id, None)

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from schemas.envelope import Event, EventData
 from schemas.resources import JobSpec
+from schemas.upcast import upcaster
 
 MAX_TAIL = 4096
 
@@ -60,6 +61,15 @@ class RunResultData(EventData):
     cause: tuple[str, ...] = ()
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
     attempt: int = Field(1, ge=1)
+
+
+class FinishedData(StepData):
+    """``job.finished``. ``run`` is set when the lease holder finishes the job at the end of
+    its run (no ``postprocess`` hook, nothing to stage out): the event then stands for
+    ``job.run_done`` too, listed first in ``skipped``, and carries that run's result.
+    """
+
+    run: RunResultData | None = None
 
 
 class RetryData(EventData):
@@ -186,8 +196,14 @@ class JobStagedOut(Event):
 class JobFinished(Event):
     event_type: ClassVar[str] = "job.finished"
     type: Literal["job.finished"] = "job.finished"
-    v: Literal[1] = 1
-    data: StepData = StepData()
+    v: Literal[2] = 2
+    data: FinishedData = FinishedData()
+
+
+@upcaster("job.finished", 1)
+def _finished_v1(document: dict[str, Any]) -> dict[str, Any]:
+    # v2 added data.run (the run's result when the pilot finishes the job); v1 has none.
+    return document
 
 
 class JobFailed(Event):

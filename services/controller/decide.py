@@ -27,7 +27,14 @@ from schemas.events import (
     JobStagedIn,
     SessionExpired,
 )
-from schemas.events.job import FailureData, LeaseData, ParentsData, RunResultData, StepData
+from schemas.events.job import (
+    FailureData,
+    FinishedData,
+    LeaseData,
+    ParentsData,
+    RunResultData,
+    StepData,
+)
 from schemas.events.session import SessionExpiredData
 from schemas.ids import derived_id
 from schemas.resources import App, JobSpec
@@ -157,7 +164,7 @@ def on_run_done(cause: Event, seq: int, spec: JobSpec, app: App | None) -> list[
     else:
         event = JobFinished.create(
             site=spec.site, aggregate_id=job_id, actor=ACTOR,
-            data=StepData(skipped=("job.postprocessed", "job.staged_out"), work=spec),
+            data=FinishedData(skipped=("job.postprocessed", "job.staged_out"), work=spec),
             event_id=_id(cause.id, "job.finished", job_id), causation_id=cause.id,
         )  # fmt: skip
     return [Append(event, seq)]
@@ -169,7 +176,7 @@ def on_postprocessed(cause: Event, seq: int, spec: JobSpec, app: App | None) -> 
     job_id = cause.aggregate_id
     event = JobFinished.create(
         site=spec.site, aggregate_id=job_id, actor=ACTOR,
-        data=StepData(skipped=("job.staged_out",), work=spec),
+        data=FinishedData(skipped=("job.staged_out",), work=spec),
         event_id=_id(cause.id, "job.finished", job_id), causation_id=cause.id,
     )  # fmt: skip
     return [Append(event, seq)]
@@ -178,7 +185,7 @@ def on_postprocessed(cause: Event, seq: int, spec: JobSpec, app: App | None) -> 
 def on_staged_out(cause: Event, seq: int, spec: JobSpec) -> list[Append]:
     job_id = cause.aggregate_id
     event = JobFinished.create(
-        site=cause.site, aggregate_id=job_id, actor=ACTOR, data=StepData(work=spec),
+        site=cause.site, aggregate_id=job_id, actor=ACTOR, data=FinishedData(work=spec),
         event_id=_id(cause.id, "job.finished", job_id), causation_id=cause.id,
     )  # fmt: skip
     return [Append(event, seq)]

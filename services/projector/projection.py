@@ -24,6 +24,7 @@ from schemas.events import (
     BatchJobSubmitted,
     JobCreated,
     JobFailed,
+    JobFinished,
     JobRunDone,
     JobRunErrored,
     JobRunTimedOut,
@@ -37,6 +38,7 @@ from schemas.events import (
     TransferRequested,
     TransferSubmitted,
 )
+from schemas.events.job import FinishedData, RunResultData
 from schemas.fold import IllegalTransition, apply
 from schemas.ids import derived_id
 from services.projector.messages import (
@@ -342,6 +344,8 @@ def _record_outcome(progress: JobProgress, event: Event) -> None:
     match event:
         case JobRunDone(data=data):
             progress.return_code = data.return_code
+        case JobFinished(data=FinishedData(run=RunResultData() as run)):
+            progress.return_code = run.return_code  # the pilot finished it at the run's end
         case JobRunErrored(data=data) | JobRunTimedOut(data=data):
             progress.return_code = data.return_code
             progress.last_error = data.stderr_tail or "; ".join(data.cause) or None

@@ -15,7 +15,12 @@ from schemas.events.job import StartedData
 from schemas.subjects import EVENTS_STREAM
 from services.projector.messages import RawMessage
 from services.projector.rebuild import Rebuild
-from tests.support.builders import job_created, lifecycle, site_registered
+from tests.support.builders import (
+    job_created,
+    lifecycle,
+    lifecycle_finished_by_pilot,
+    site_registered,
+)
 from tests.support.projection import (
     running_projector,
     table_digest,
@@ -71,6 +76,26 @@ async def test_jobs_are_projected_with_state_and_history(
         ("job.run_done", "RUNNING", "RUN_DONE"),
         ("job.finished", "RUN_DONE", "JOB_FINISHED"),
     ]
+    assert await fetch(database_url, "SELECT count(*) FROM rm.quarantine") == [(0,)]
+
+
+async def test_a_job_the_pilot_finished_is_projected_with_its_return_code(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    created = job_created(SITE, OWNER)
+    last = await append_all(
+        log, [site_registered(SITE, OWNER), created, *lifecycle_finished_by_pilot(created)]
+    )
+    async with running_projector(js, database_url):
+        await wait_for_position(database_url, last)
+
+    rows = await fetch(database_url, "SELECT state, attempts, return_code FROM rm.jobs")
+    assert rows == [("JOB_FINISHED", 1, 0)]
+    events = await fetch(
+        database_url, "SELECT type, from_state, to_state FROM rm.job_events ORDER BY seq"
+    )
+    assert events[-1] == ("job.finished", "RUNNING", "JOB_FINISHED")
     assert await fetch(database_url, "SELECT count(*) FROM rm.quarantine") == [(0,)]
 
 

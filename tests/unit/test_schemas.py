@@ -24,6 +24,8 @@ from schemas.events.batch import (
 )
 from schemas.events.job import (
     FailureData,
+    FinishedData,
+    JobFinished,
     JobKilled,
     LeaseData,
     ParentsData,
@@ -49,6 +51,7 @@ from schemas.events.xfer import (
 )
 from schemas.ids import derived_id, uuid7
 from schemas.resources import MAX_PARENTS, App, JobSpec, NodeInfo, Session, Site, TransferSpec
+from schemas.states import FINISHED_AT_RUN_END
 from schemas.subjects import (
     SubjectError,
     aggregate_filter,
@@ -89,7 +92,9 @@ SAMPLE_DATA: dict[str, BaseModel] = {
     "job.postprocessed": StepData(),
     "job.restart_ready": RetryData(attempt=2, reason="retry"),
     "job.staged_out": StepData(),
-    "job.finished": StepData(skipped=("job.postprocessed", "job.staged_out")),
+    "job.finished": FinishedData(
+        skipped=FINISHED_AT_RUN_END, run=RunResultData(return_code=0, result={"x": [1, 2]})
+    ),
     "job.failed": FailureData(reason="parent failed", parent_id=uuid7()),
     "job.killed": ReasonData(reason="user"),
     "job.reset": ReasonData(),
@@ -309,6 +314,18 @@ def test_old_version_is_upcast_on_read() -> None:
 def test_upcaster_cannot_be_registered_twice() -> None:
     with pytest.raises(ValueError, match="already registered"):
         upcaster("job.killed", 0)(lambda document: document)
+
+
+def test_job_finished_v1_on_the_log_still_reads() -> None:
+    # v1 (before the pilot could finish a job) had no data.run; events on the log stay as written.
+    v1 = sample_document(
+        "job.finished", v=1, data={"skipped": ["job.postprocessed", "job.staged_out"], "note": ""}
+    )
+    event = decode(orjson.dumps(v1))
+    assert isinstance(event, JobFinished)
+    assert event.v == CURRENT_VERSION["job.finished"] == 2
+    assert event.data.skipped == ("job.postprocessed", "job.staged_out")
+    assert event.data.run is None
 
 
 def test_without_upcaster_old_version_is_refused() -> None:

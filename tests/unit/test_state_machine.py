@@ -21,6 +21,8 @@ from schemas.events.batch import BatchJobQueued
 from schemas.events.job import (
     JOB_EVENTS,
     FailureData,
+    FinishedData,
+    JobFinished,
     LeaseData,
     ParentsData,
     ReasonData,
@@ -31,7 +33,15 @@ from schemas.events.job import (
 )
 from schemas.fold import IllegalTransition, JobView, apply, fold
 from schemas.resources import JobSpec
-from schemas.states import FINAL, RUNNABLE, SKIPPABLE, TRANSITIONS, JobState, Transition
+from schemas.states import (
+    FINAL,
+    FINISHED_AT_RUN_END,
+    RUNNABLE,
+    SKIPPABLE,
+    TRANSITIONS,
+    JobState,
+    Transition,
+)
 
 SITE = "alpha"
 JOB_ID = uuid.UUID("01900000-0000-7000-8000-000000000001")
@@ -66,6 +76,9 @@ def job_data(
             return FailureData(reason="test")
         case "job.killed" | "job.reset":
             return ReasonData(reason="test")
+        case "job.finished":
+            run = RunResultData(return_code=0) if "job.run_done" in skipped else None
+            return FinishedData(skipped=skipped, run=run)
         case _:
             return StepData(skipped=skipped)
 
@@ -208,6 +221,13 @@ def test_transition_table_is_enforced(case: Case) -> None:
         ),
         (JobState.RUN_DONE, "job.staged_out", ("job.postprocessed",), JobState.STAGED_OUT),
         (JobState.POSTPROCESSED, "job.finished", ("job.staged_out",), JobState.JOB_FINISHED),
+        # the lease holder finishes a run nothing follows: the event carries the run's result
+        (
+            JobState.RUNNING,
+            "job.finished",
+            ("job.run_done", "job.postprocessed", "job.staged_out"),
+            JobState.JOB_FINISHED,
+        ),
     ],
 )
 def test_valid_skip_paths_are_accepted(
@@ -224,7 +244,7 @@ def test_valid_skip_paths_are_accepted(
 @pytest.mark.parametrize(
     ("state", "event_type", "skipped"),
     [
-        (JobState.RUNNING, "job.finished", ("job.run_done", "job.postprocessed", "job.staged_out")),
+        (JobState.RUNNING, "job.finished", ("job.run_errored", "job.postprocessed")),
         (JobState.CREATED, "job.ready", ("job.awaiting_parents",)),
         (JobState.RUN_ERROR, "job.started", ("job.restart_ready", "job.leased")),
         (JobState.STAGED_IN, "job.preprocessed", ("job.killed",)),
@@ -251,6 +271,8 @@ def test_non_skippable_step_is_refused(
         (JobState.STAGED_IN, False, "job.started", ("job.leased",)),  # not runnable yet
         (JobState.PREPROCESSED, True, "job.started", ("job.leased",)),  # already leased
         (JobState.RUNNING, False, "job.started", ("job.leased",)),
+        (JobState.PREPROCESSED, True, "job.finished", FINISHED_AT_RUN_END),  # never started
+        (JobState.RUN_DONE, False, "job.finished", FINISHED_AT_RUN_END),  # the run is reported
     ],
 )
 def test_skip_with_illegal_chain_is_refused(
@@ -259,6 +281,30 @@ def test_skip_with_illegal_chain_is_refused(
     view = view_in(state, leased=leased)
     with pytest.raises(IllegalTransition, match=r"not allowed|already leased"):
         apply(view, job_event(event_type, skipped=skipped), SEQ)
+
+
+def test_run_done_is_skipped_only_by_a_finish_that_carries_the_run() -> None:
+    running = view_in(JobState.RUNNING, leased=True)
+    without_result = JobFinished.create(
+        site=SITE, aggregate_id=JOB_ID, actor="controller:test", occurred_at=AT,
+        data=FinishedData(skipped=FINISHED_AT_RUN_END),
+    )  # fmt: skip
+    with pytest.raises(IllegalTransition, match="without the run's result"):
+        apply(running, without_result, SEQ)
+    # another event type may not stand for the run either, even with a result-shaped payload
+    staged_out = job_event("job.staged_out", skipped=("job.run_done", "job.postprocessed"))
+    with pytest.raises(IllegalTransition, match="without the run's result"):
+        apply(running, staged_out, SEQ)
+
+
+def test_finish_at_the_run_end_ends_the_lease_and_keeps_the_result() -> None:
+    finished = job_event("job.finished", skipped=FINISHED_AT_RUN_END)
+    after = apply(view_in(JobState.RUNNING, leased=True), finished, SEQ)
+    assert after.state == JobState.JOB_FINISHED
+    assert (after.lease_seq, after.lease_session) == (None, None)
+    assert isinstance(finished.data, FinishedData)
+    assert finished.data.run is not None
+    assert finished.data.run.return_code == 0
 
 
 # --- fencing, identity and ordering --------------------------------------------------------
@@ -326,6 +372,19 @@ def test_common_path_folds_in_five_events() -> None:
     assert (view.lease_seq, view.lease_session, view.attempts, view.last_seq) == (None, None, 1, 5)
 
 
+def test_common_path_of_a_job_nothing_follows_folds_in_four_events() -> None:
+    history = [
+        job_event("job.created"),
+        job_event("job.preprocessed", skipped=("job.ready", "job.staged_in")),
+        job_event("job.started", skipped=("job.leased",)),
+        job_event("job.finished", skipped=FINISHED_AT_RUN_END),
+    ]
+    view = fold(enumerate(history, start=1))
+    assert view is not None
+    assert view.state == JobState.JOB_FINISHED
+    assert (view.lease_seq, view.lease_session, view.attempts, view.last_seq) == (None, None, 1, 4)
+
+
 def test_retry_kill_and_reset_path_folds() -> None:
     steps = [
         ("job.created", JobState.CREATED),
@@ -377,7 +436,8 @@ def test_final_states_only_leave_by_reset(state: JobState) -> None:
 
 def test_skippable_steps_and_runnable_states_are_in_the_table() -> None:
     assert set(SKIPPABLE) <= set(TRANSITIONS)
-    assert all(TRANSITIONS[name].lease in ("none", "acquire") for name in SKIPPABLE)
+    # a skipped step may take the lease (job.leased) or end it with the run (job.run_done)
+    assert all(TRANSITIONS[name].lease in ("none", "acquire", "end") for name in SKIPPABLE)
     assert {TRANSITIONS["job.preprocessed"].target, TRANSITIONS["job.restart_ready"].target} == (
         set(RUNNABLE)
     )
