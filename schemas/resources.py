@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
@@ -112,6 +112,30 @@ class App(Frozen):
     transfers: dict[SlotName, AppTransferSlot] = Field(default_factory=dict)
     python: bool = False
     hooks: tuple[AppHook, ...] = ()  # which site-side hooks the app defines
+
+    def steps(self, job: JobSpec) -> JobSteps:
+        """Which of the optional steps ``job`` goes through at this app."""
+        slots = [self.transfers[s] for s in job.transfers if s in self.transfers]
+        return JobSteps(
+            stage_in=any(slot.direction == "in" for slot in slots),
+            preprocess="preprocess" in self.hooks,
+            postprocess="postprocess" in self.hooks,
+            stage_out=any(slot.direction == "out" for slot in slots),
+        )
+
+
+class JobSteps(NamedTuple):
+    """The optional steps of a job; a step that is False is skipped, not performed empty."""
+
+    stage_in: bool = False
+    preprocess: bool = False
+    postprocess: bool = False
+    stage_out: bool = False
+
+    @property
+    def nothing_after_run(self) -> bool:
+        """A successful run ends the job (the pilot finishes it in the event it reports)."""
+        return not (self.postprocess or self.stage_out)
 
 
 class BatchJobState(StrEnum):

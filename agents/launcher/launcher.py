@@ -34,8 +34,7 @@ from nats.js.errors import APIError
 from agents.launcher.session import LauncherSession
 from agents.launcher.tasks import Reaper, Tracked
 from agents.launcher.work import NotWork, WorkItem, work_item
-from agents.site.apps import ApplicationDefinition, JobContext
-from agents.site.apps.definition import nothing_after_run
+from agents.site.apps import ApplicationDefinition, JobContext, to_app_model
 from agents.site.apps.pyrun import parse_result
 from agents.site.apps.render import PYRUN_RESULT, render_job
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
@@ -87,6 +86,8 @@ class Launcher:
         self._site = site
         self.session = session
         self._apps = apps
+        # Their published interface: which steps follow a run (shared with the controller).
+        self._app_models = {name: to_app_model(cls, site) for name, cls in apps.items()}
         self._app_launcher = app_launcher
         self._nodes = nodes
         self._packer = NodePacker(nodes)
@@ -304,17 +305,21 @@ class Launcher:
             result = outcome.result if outcome.ok else None
             if not outcome.ok:
                 tail = (outcome.traceback or outcome.error or tail)[-4000:]
-        run = RunResultData(return_code=code, stderr_tail=tail[-4000:], runtime_s=runtime,
-                            result=result, attempt=item.attempt)  # fmt: skip
-        data: EventData = run.model_copy(update={"work": item.spec})
-        kind: type[Event] = JobRunDone if code == 0 else JobRunErrored
-        app = self._apps.get(item.spec.app)
-        if code == 0 and app is not None and nothing_after_run(app, item.spec):
+        fields: dict[str, Any] = {"return_code": code, "stderr_tail": tail[-4000:],
+                                  "runtime_s": runtime, "result": result,
+                                  "attempt": item.attempt}  # fmt: skip
+        app = self._app_models.get(item.spec.app)
+        kind: type[Event]
+        data: EventData
+        if code == 0 and app is not None and app.steps(item.spec).nothing_after_run:
             # Nothing happens between RUN_DONE and JOB_FINISHED: one event instead of the
             # run_done the controller would answer with job.finished (ARCHITECTURE.md §4).
             kind = JobFinished
-            data = FinishedData(skipped=FINISHED_AT_RUN_END, work=item.spec,
-                                attempt=item.attempt, run=run)  # fmt: skip
+            data = FinishedData(skipped=FINISHED_AT_RUN_END, work=item.spec, attempt=item.attempt,
+                                run=RunResultData(**fields))  # fmt: skip
+        else:
+            kind = JobRunDone if code == 0 else JobRunErrored
+            data = RunResultData(**fields, work=item.spec)
         if await self._report(item, kind, data):
             if code == 0:
                 self.report.finished += 1

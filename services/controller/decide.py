@@ -37,7 +37,7 @@ from schemas.events.job import (
 )
 from schemas.events.session import SessionExpiredData
 from schemas.ids import derived_id
-from schemas.resources import App, JobSpec
+from schemas.resources import App, JobSpec, JobSteps
 from schemas.states import JobState
 
 ACTOR = "controller:main"
@@ -65,14 +65,9 @@ def _id(cause: uuid.UUID | str, kind: str, target: uuid.UUID | str) -> uuid.UUID
     return derived_id(str(cause), "controller", kind, str(target))
 
 
-def _stages(spec: JobSpec, app: App | None) -> tuple[bool, bool, bool, bool]:
-    """(stage-in, preprocess hook, postprocess hook, stage-out) for ``spec`` at its app."""
-    if app is None:
-        return False, False, False, False
-    slots = [app.transfers[s] for s in spec.transfers if s in app.transfers]
-    stage_in = any(slot.direction == "in" for slot in slots)
-    stage_out = any(slot.direction == "out" for slot in slots)
-    return stage_in, "preprocess" in app.hooks, "postprocess" in app.hooks, stage_out
+def _stages(spec: JobSpec, app: App | None) -> JobSteps:
+    """The optional steps of ``spec`` at its app (none while the app is unknown)."""
+    return app.steps(spec) if app is not None else JobSteps()
 
 
 def advance(
@@ -171,7 +166,7 @@ def on_run_done(cause: Event, seq: int, spec: JobSpec, app: App | None) -> list[
 
 
 def on_postprocessed(cause: Event, seq: int, spec: JobSpec, app: App | None) -> list[Append]:
-    if _stages(spec, app)[3]:
+    if _stages(spec, app).stage_out:
         return []  # the site transfer module stages out
     job_id = cause.aggregate_id
     event = JobFinished.create(

@@ -146,12 +146,3 @@ def defined_hooks(app_cls: type[ApplicationDefinition]) -> tuple[str, ...]:
         for hook in SITE_HOOKS
         if getattr(app_cls, hook) is not getattr(ApplicationDefinition, hook)
     )
-
-
-def nothing_after_run(app_cls: type[ApplicationDefinition], spec: JobSpec) -> bool:
-    """Whether a successful run of ``spec`` ends the job: no ``postprocess`` hook and nothing
-    to stage out. The pilot then finishes the job itself, as the controller would have."""
-    if "postprocess" in defined_hooks(app_cls):
-        return False
-    slots = app_cls.spec.transfers
-    return not any(slots[name].direction == "out" for name in spec.transfers if name in slots)
