@@ -22,6 +22,9 @@ class NatsSettings(BaseModel):
     nkey_seed_file: Path | None = None
     inbox_prefix: str = "_INBOX"
     stream_replicas: int = Field(1, ge=1, le=5)
+    # The age at which the server removes a launcher's last heartbeat: a stream setting, so
+    # one value for every pilot of the deployment (sites cannot set their own TTL).
+    heartbeat_ttl_s: float = Field(10.0, ge=1, le=3600)
     name: str = "lodestream"
 
 

@@ -60,7 +60,23 @@ def decode(raw: bytes | str) -> Event:
         document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise DecodeError(f"not JSON: {exc}") from exc
+    # Postgres text and jsonb cannot hold NUL; an event that carries one could never be
+    # folded into the read model, so it is no event. The byte test is the fast path: only
+    # JSON that spells the escape at all is walked.
+    escaped = b"\\u0000" in raw if isinstance(raw, bytes) else "\\u0000" in raw
+    if escaped and _has_nul(document):
+        raise DecodeError("invalid event: a string holds NUL (\\u0000), which cannot be stored")
     return decode_document(document)
+
+
+def _has_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_has_nul(k) or _has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_has_nul(v) for v in value)
+    return False
 
 
 def decode_document(document: Any) -> Event:

@@ -35,6 +35,15 @@ RUNNABLE: Final = frozenset({S.PREPROCESSED, S.RESTART_READY})
 FINAL: Final = frozenset({S.JOB_FINISHED, S.FAILED, S.KILLED})
 NON_FINAL: Final = frozenset(JobState) - FINAL
 
+Writer = Literal["control", "site"]
+"""Who may append an event, by credential: ``control`` is the control plane (api on behalf of
+a user, controller); ``site`` is a site's own key (its agent and its launchers share it). The
+server's permissions are rendered from this (:mod:`infra.nats.auth`), so an event on the log
+was appended by one of its type's writers, whatever its payload claims."""
+CONTROL: Final[frozenset[Writer]] = frozenset({"control"})
+SITE: Final[frozenset[Writer]] = frozenset({"site"})
+BOTH: Final[frozenset[Writer]] = frozenset({"control", "site"})
+
 LeaseEffect = Literal["none", "acquire", "release", "require", "end"]
 """What an event does to the lease: ``acquire`` needs none held and sets one;
 ``release`` needs one held and clears it; ``require`` needs one held and keeps
@@ -48,37 +57,54 @@ class Transition:
     target: JobState | None  # None: the state does not change
     lease: LeaseEffect
     appended_by: str
+    writers: frozenset[Writer]
 
 
-def _t(
+def _t(  # noqa: PLR0917 - one row of the table reads best positionally
     event: str,
     sources: frozenset[JobState | None] | set[JobState | None],
     target: JobState | None,
     appended_by: str,
+    writers: frozenset[Writer],
     lease: LeaseEffect = "none",
 ) -> Transition:
-    return Transition(event, frozenset(sources), target, lease, appended_by)
+    return Transition(event, frozenset(sources), target, lease, appended_by, writers)
 
 
 TRANSITIONS: Final[dict[str, Transition]] = {
     t.event: t
     for t in (
-        _t("job.created", {None}, S.CREATED, "api"),
-        _t("job.awaiting_parents", {S.CREATED}, S.AWAITING_PARENTS, "controller"),
-        _t("job.ready", {S.CREATED, S.AWAITING_PARENTS}, S.READY, "controller"),
-        _t("job.staged_in", {S.READY}, S.STAGED_IN, "site transfer module / controller"),
-        _t("job.preprocessed", {S.STAGED_IN}, S.PREPROCESSED, "site processing"),
-        _t("job.leased", set(RUNNABLE), None, "launcher", lease="acquire"),
-        _t("job.lease_released", set(RUNNABLE), None, "launcher", lease="release"),
-        _t("job.lease_expired", set(RUNNABLE), None, "controller", lease="release"),
-        _t("job.started", set(RUNNABLE), S.RUNNING, "lease holder", lease="require"),
-        _t("job.run_done", {S.RUNNING}, S.RUN_DONE, "lease holder", lease="end"),
-        _t("job.run_errored", {S.RUNNING}, S.RUN_ERROR, "lease holder", lease="end"),
-        _t("job.run_timed_out", {S.RUNNING}, S.RUN_TIMEOUT, "lease holder / controller", "end"),
-        _t("job.postprocessed", {S.RUN_DONE}, S.POSTPROCESSED, "site processing"),
-        _t("job.restart_ready", {S.RUN_ERROR, S.RUN_TIMEOUT}, S.RESTART_READY, "site processing"),
-        _t("job.staged_out", {S.POSTPROCESSED}, S.STAGED_OUT, "site transfer / controller"),
-        _t("job.finished", {S.STAGED_OUT}, S.JOB_FINISHED, "controller / lease holder"),
+        _t("job.created", {None}, S.CREATED, "api", CONTROL),
+        _t("job.awaiting_parents", {S.CREATED}, S.AWAITING_PARENTS, "controller", CONTROL),
+        _t("job.ready", {S.CREATED, S.AWAITING_PARENTS}, S.READY, "controller", CONTROL),
+        _t("job.staged_in", {S.READY}, S.STAGED_IN, "site transfer module / controller", BOTH),
+        _t("job.preprocessed", {S.STAGED_IN}, S.PREPROCESSED, "site processing", BOTH),
+        _t("job.leased", set(RUNNABLE), None, "launcher", SITE, lease="acquire"),
+        _t("job.lease_released", set(RUNNABLE), None, "launcher", SITE, lease="release"),
+        _t("job.lease_expired", set(RUNNABLE), None, "controller", CONTROL, lease="release"),
+        _t("job.started", set(RUNNABLE), S.RUNNING, "lease holder", SITE, lease="require"),
+        _t("job.run_done", {S.RUNNING}, S.RUN_DONE, "lease holder", SITE, lease="end"),
+        _t("job.run_errored", {S.RUNNING}, S.RUN_ERROR, "lease holder", SITE, lease="end"),
+        _t(
+            "job.run_timed_out",
+            {S.RUNNING},
+            S.RUN_TIMEOUT,
+            "lease holder / controller",
+            BOTH,
+            "end",
+        ),
+        _t(
+            "job.postprocessed", {S.RUN_DONE}, S.POSTPROCESSED, "site processing / controller", BOTH
+        ),
+        _t(
+            "job.restart_ready",
+            {S.RUN_ERROR, S.RUN_TIMEOUT},
+            S.RESTART_READY,
+            "site processing",
+            SITE,
+        ),
+        _t("job.staged_out", {S.POSTPROCESSED}, S.STAGED_OUT, "site transfer / controller", BOTH),
+        _t("job.finished", {S.STAGED_OUT}, S.JOB_FINISHED, "controller / lease holder", BOTH),
         # Failure: parent failed (CREATED/AWAITING_PARENTS), stage-in failed (READY),
         # preprocess hook failed (STAGED_IN), retry budget spent (RUN_ERROR/RUN_TIMEOUT),
         # postprocess hook failed (RUN_DONE), stage-out failed (POSTPROCESSED).
@@ -96,9 +122,10 @@ TRANSITIONS: Final[dict[str, Transition]] = {
             },
             S.FAILED,
             "controller / site",
+            BOTH,
         ),
-        _t("job.killed", set(NON_FINAL), S.KILLED, "api (user)", lease="end"),
-        _t("job.reset", {S.FAILED, S.KILLED}, S.READY, "api (user)"),
+        _t("job.killed", set(NON_FINAL), S.KILLED, "api (user)", CONTROL, lease="end"),
+        _t("job.reset", {S.FAILED, S.KILLED}, S.READY, "api (user)", CONTROL),
     )
 }
 

@@ -20,6 +20,7 @@ KINDS: Final = frozenset({"job", "batch", "session", "xfer", "app", "site", "sca
 
 EVENTS_STREAM: Final = "EVENTS"
 HB_STREAM: Final = "HB"
+HB_IN_STREAM: Final = "HBIN"  # what launchers publish to; HB sources it
 EVENTS_SUBJECTS: Final = "evt.>"
 HB_SUBJECTS: Final = "hb.>"
 

@@ -36,13 +36,18 @@ def render() -> str:
                 label += f" (lease: {transition.lease})"
             lines.append(f"    {source} --> {target}: {label}")
     lines += [f"    {state.value} --> [*]" for state in JobState if state in FINAL]
-    lines += ["```", "", "| event | from | to | lease | appended by |", "|---|---|---|---|---|"]
+    lines += [
+        "```",
+        "",
+        "| event | from | to | lease | appended by | key that may publish it |",
+        "|---|---|---|---|---|---|",
+    ]
     for transition in TRANSITIONS.values():
         sources = ", ".join(sorted(s.value if s else "—" for s in transition.sources))
         target = transition.target.value if transition.target else "(unchanged)"
         lines.append(
             f"| `{transition.event}` | {sources} | {target} | {transition.lease} "
-            f"| {transition.appended_by} |"
+            f"| {transition.appended_by} | {' / '.join(sorted(transition.writers))} |"
         )
     lines += [
         "",

@@ -79,7 +79,6 @@ class LauncherSession:
         await self._js.publish(
             heartbeat_subject(self.site, self.id),
             orjson.dumps(body.model_dump(mode="json")),
-            msg_ttl=self.ttl_s,
         )
         self._last_ok = time.monotonic()
 

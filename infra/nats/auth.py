@@ -41,6 +41,7 @@ from typing import Final
 import nkeys
 
 from schemas.subjects import EVENTS_STREAM, check_site
+from schemas.trust import site_writable_types
 
 SITE_CONSUMER_PURPOSES: Final = ("launch", "process", "xfer", "sched")
 CONTROL_USER: Final = "lodestream"
@@ -80,13 +81,33 @@ def site_consumers(site: str) -> tuple[str, ...]:
     return tuple(f"{purpose}-{site}" for purpose in SITE_CONSUMER_PURPOSES)
 
 
+def site_event_subjects(site: str) -> list[str]:
+    """The event subjects a site key may publish, one per type a site may append.
+
+    Rendered from :data:`schemas.trust.WRITERS` (the state machine's "appended by"
+    column): ``job.created``, ``job.killed``, ``site.key_bound`` and every other
+    control-plane event are absent, so nats-server refuses a forged one before it is
+    stored, and an event of those types on the log came from the control plane.
+    """
+    check_site(site)
+    subjects = []
+    for event_type in site_writable_types():
+        kind, _, name = event_type.partition(".")
+        subjects.append(f"evt.{site}.{kind}.*.{name}")
+    return subjects
+
+
 def site_permissions(site: str) -> Permissions:
     """The per-site permission template; anything not allowed here is denied."""
     consumers = site_consumers(site)
-    publish = [f"evt.{site}.>", f"hb.{site}.>"]
+    publish = [*site_event_subjects(site), f"hb.{site}.*"]
     publish += [f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{name}" for name in consumers]
     publish += [f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.{name}" for name in consumers]
     publish += [f"$JS.ACK.{EVENTS_STREAM}.{name}.>" for name in consumers]
+    # Telling "my retried append had landed" from "I was fenced" needs the newest event of
+    # one aggregate; by subject only, and only the site's own (a get by sequence could
+    # read any site's events).
+    publish.append(f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.evt.{site}.>")
     publish.append("$JS.API.INFO")
     return {
         "publish": {"allow": publish},
@@ -118,7 +139,10 @@ def render_authorization(control_user: str, control_password: str, sites: Mappin
         permissions = json.dumps(site_permissions(site), indent=2).replace("\n", "\n      ")
         entries.append(
             f"    # site {site}\n"
-            f"    {{\n      nkey: {_q(public_key)}\n      permissions: {permissions}\n    }}"
+            f"    {{\n      nkey: {_q(public_key)}\n"
+            # Sites come in over wss:// only; the plain listener is for the control plane.
+            '      allowed_connection_types: ["WEBSOCKET"]\n'
+            f"      permissions: {permissions}\n    }}"
         )
     return "authorization {\n  users = [\n" + "\n".join(entries) + "\n  ]\n}\n"
 

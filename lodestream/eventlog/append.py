@@ -127,10 +127,14 @@ class EventLog:
         if conflict.actual is None:
             return None
         try:
-            stored = await self._js.get_msg(EVENTS_STREAM, seq=conflict.actual, direct=True)
+            # The newest message of the aggregate, asked by subject: a site may direct-get
+            # only its own subjects ($JS.API.DIRECT.GET.EVENTS.evt.<site>.>), never by sequence.
+            stored = await self._js.get_msg(
+                EVENTS_STREAM, subject=event.aggregate_subjects, direct=True
+            )
         except (APIError, NatsTimeoutError):
             return None
-        if stored.headers and stored.headers.get(H_MSG_ID) == str(event.id):
+        if stored.seq == conflict.actual and (stored.headers or {}).get(H_MSG_ID) == str(event.id):
             return Appended(event, conflict.actual, duplicate=True)
         return None
 

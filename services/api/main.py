@@ -42,7 +42,9 @@ def create_app(settings: Settings) -> FastAPI:
             cleanup.push_async_callback(_close, nc)
             # A whole submission may be in flight at once.
             js = JetStream(nc, publish_async_max_pending=2 * settings.api.max_jobs_per_request)
-            await ensure_streams(js, settings.nats.stream_replicas)
+            await ensure_streams(
+                js, settings.nats.stream_replicas, heartbeat_ttl_s=settings.nats.heartbeat_ttl_s
+            )
             app.state.context = ApiContext(settings, engine, nc, js, EventLog(js))
             yield
 

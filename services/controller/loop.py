@@ -24,7 +24,6 @@ from nats.js.errors import APIError, NotFoundError
 from lodestream.eventlog import Appended, EventLog, Rejected
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from lodestream.eventlog.pull import pull_consumer
-from schemas.codec import DecodeError, decode
 from schemas.envelope import Event
 from schemas.events import (
     AppRegistered,
@@ -36,6 +35,13 @@ from schemas.events import (
 )
 from schemas.resources import App, JobSpec
 from schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
+from schemas.trust import (
+    WRITERS,
+    HeartbeatExpired,
+    Untrusted,
+    event_from_message,
+    heartbeat_message,
+)
 from services.controller import decide
 from services.controller.decide import Append
 from services.controller.errors import ReadModelLag
@@ -48,8 +54,8 @@ REACTS_TO = (
     "postprocessed", "staged_out", "reset",
 )  # fmt: skip
 FINAL_EVENTS = frozenset({"job.finished", "job.failed", "job.killed"})
+REACTING_TYPES = frozenset(f"job.{name}" for name in REACTS_TO)
 EVENT_FILTERS = [f"evt.*.job.*.{name}" for name in REACTS_TO] + ["evt.*.app.>", "evt.*.site.>"]
-MARKER_HEADER = "Nats-Marker-Reason"
 SPEC_CACHE_SIZE = 200_000
 STARTUP_WAIT_S = 300.0
 AWAITED_MAX = 1_000_000
@@ -73,13 +79,28 @@ async def ensure_durable(
         await js.add_consumer(stream, config)
 
 
-def _ended_job(subject: str) -> uuid.UUID | None:
+JobKey = tuple[str, uuid.UUID]
+"""A job as the controller knows it: its own site and id, never what an event claims."""
+
+
+def _ended_job(subject: str) -> JobKey | None:
     """The job a ``job.finished|failed|killed`` subject is about (None for any other subject)."""
     try:
         parsed = parse_event_subject(subject)
-        return uuid.UUID(parsed.aggregate_id) if parsed.event_type in FINAL_EVENTS else None
+        if parsed.event_type not in FINAL_EVENTS:
+            return None
+        return parsed.site, uuid.UUID(parsed.aggregate_id)
     except ValueError:  # SubjectError included: the projector quarantines such messages
         return None
+
+
+def _key(event: Event) -> JobKey:
+    return event.site, event.aggregate_id
+
+
+def _site_written(event: Event) -> bool:
+    """A type a site key may append: the controller acts on it only once the projector has."""
+    return "site" in WRITERS.get(event.type, frozenset())
 
 
 class Controller:
@@ -92,13 +113,14 @@ class Controller:
         self._durable = durable
         self._batch = batch
         self._apps: dict[tuple[str, str], App] = {}
-        self._specs: OrderedDict[uuid.UUID, JobSpec] = OrderedDict()
+        self._specs: OrderedDict[JobKey, JobSpec] = OrderedDict()
         # Jobs that a job not yet released waits on. Only their end needs the read model (to
         # find the children); every other job's end is decided without waiting for the projector.
         # A superset is safe (it costs a query); None means "too many to track: always query".
         self._awaited: set[uuid.UUID] | None = set()
         self.appended = 0
         self.conflicts = 0
+        self.refused = 0  # messages the shared rule refused (counted, logged, acked)
 
     async def run(self, stop: asyncio.Event) -> None:
         # Everything before the stream's end is in the read model once the projector gets
@@ -152,12 +174,13 @@ class Controller:
         self._await_parents_of(e for _, e in items)
         # Only now, so that a job.created earlier in this batch makes its parents awaited. The
         # end of a job nobody waits on (the most common delivery) is not even decoded.
-        ends = [msg for msg, job in ended if job is not None and self._is_awaited(job)]
+        ends = [msg for msg, job in ended if job is not None and self._is_awaited(job[1])]
         items = sorted(items + self._decoded(ends), key=lambda item: item[0])
         appends: list[Append] = []
         needs_reads = any(self._needs_reads(e) for _, e in items)
         if needs_reads:
             await self._reads.wait_for(max(seq for seq, _ in items))
+            items = await self._accepted(items)
         for seq, event in items:
             appends += await self._decide(seq, event)
         await self._append(appends)
@@ -168,15 +191,38 @@ class Controller:
                 e.aggregate_id for _, e in items if e.type in FINAL_EVENTS
             )
 
-    @staticmethod
-    def _decoded(msgs: list[Any]) -> list[tuple[int, Event]]:
+    def _decoded(self, msgs: list[Any]) -> list[tuple[int, Event]]:
         items: list[tuple[int, Event]] = []
         for msg in msgs:
+            seq = msg.metadata.sequence.stream
             try:
-                items.append((msg.metadata.sequence.stream, decode(msg.data)))
-            except DecodeError:
-                continue  # the projector quarantines it; nothing to decide
+                items.append((seq, event_from_message(msg.subject, msg.data)))
+            except Untrusted as exc:
+                # The projector quarantines it too (same rule); there is nothing to decide.
+                self.refused += 1
+                log.warning("controller: refused seq %d (%s): %s", seq, msg.subject, exc)
         return items
+
+    async def _accepted(self, items: list[tuple[int, Event]]) -> list[tuple[int, Event]]:
+        """Drop what a site wrote that the projector refused (an illegal transition).
+
+        A site key may append its own types on its own subjects, in any state; only the fold
+        knows whether the step was legal. The read model has reached these sequences, so a
+        site-written event that is not among the job's applied events was quarantined.
+        """
+        checked = [seq for seq, event in items if _site_written(event)]
+        if not checked:
+            return items
+        applied = await self._reads.applied(checked)
+        kept = []
+        for seq, event in items:
+            if _site_written(event) and seq not in applied:
+                self.refused += 1
+                log.warning("controller: %s seq %d was quarantined; not acting on it",
+                            event.type, seq)  # fmt: skip
+                continue
+            kept.append((seq, event))
+        return kept
 
     def _await_parents_of(self, events: Iterable[Event]) -> None:
         if self._awaited is None:
@@ -193,7 +239,10 @@ class Controller:
             return bool(event.data.parent_ids)
         if event.type in FINAL_EVENTS:
             return self._is_awaited(event.aggregate_id)
-        return event.type == "job.awaiting_parents"
+        # What a site wrote is acted on only once the fold has accepted it (see _accepted).
+        return event.type == "job.awaiting_parents" or (
+            event.kind == "job" and _site_written(event) and event.type in REACTING_TYPES
+        )
 
     def _is_awaited(self, job_id: uuid.UUID) -> bool:
         return self._awaited is None or job_id in self._awaited
@@ -204,14 +253,14 @@ class Controller:
             return []
         match event:
             case JobCreated(data=created):
-                self._remember(event.aggregate_id, created)
+                self._remember(_key(event), created)
                 parents = await self._reads.states(list(created.parent_ids))
                 return decide.on_created_or_waiting(
                     event, event.aggregate_id, seq, created, self._app(created),
                     parents=parents, waiting=False,
                 )  # fmt: skip
-        spec = await self._spec(event.aggregate_id)
-        if spec is None:
+        spec = await self._spec(_key(event))
+        if spec is None:  # no such job at this site: nothing to decide, whatever it claims
             return []
         return await self._follow_up(seq, event, spec)
 
@@ -255,34 +304,38 @@ class Controller:
     def _app(self, spec: JobSpec) -> App | None:
         return self._apps.get((spec.site, spec.app))
 
-    def _remember(self, job_id: uuid.UUID, spec: JobSpec) -> None:
-        self._specs[job_id] = spec
+    def _remember(self, key: JobKey, spec: JobSpec) -> None:
+        self._specs[key] = spec
         if len(self._specs) > SPEC_CACHE_SIZE:
             self._specs.popitem(last=False)
 
-    async def _spec(self, job_id: uuid.UUID) -> JobSpec | None:
-        spec = self._specs.get(job_id)
+    async def _spec(self, key: JobKey) -> JobSpec | None:
+        spec = self._specs.get(key)
         if spec is None:
-            spec = await self._reads.spec(job_id)
+            spec = await self._reads.spec(*key)
             if spec is not None:
-                self._remember(job_id, spec)
+                self._remember(key, spec)
         return spec
 
     # --- HB -------------------------------------------------------------------------------
 
     async def _on_heartbeats(self, msgs: list[Any]) -> None:
         for msg in msgs:
-            if not msg.headers or MARKER_HEADER not in msg.headers:
+            try:
+                beat = heartbeat_message(msg.subject, msg.headers, msg.data)
+            except Untrusted as exc:
+                self.refused += 1
+                log.warning("controller: refused heartbeat %s: %s", msg.subject, exc)
                 continue
-            _, site, session = msg.subject.split(".", 2)
-            await self._expire(site, uuid.UUID(session), msg.metadata.sequence.stream)
+            if isinstance(beat, HeartbeatExpired):
+                await self._expire(beat.site, beat.session_id, msg.metadata.sequence.stream)
 
     async def _expire(self, site: str, session_id: uuid.UUID, marker_seq: int) -> None:
         """Fence every job the dead session holds; retry until none is left or it moved on."""
         for _ in range(5):
             info = await self._js.stream_info(EVENTS_STREAM)
             await self._reads.wait_for(int(info.state.last_seq))
-            held = await self._reads.held_by(session_id)
+            held = await self._reads.held_by(site, session_id)
             appends = decide.on_session_expired(
                 site, session_id, marker_seq, held, datetime.now(UTC)
             )

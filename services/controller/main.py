@@ -21,7 +21,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-controller"}))
     try:
         js = jetstream(nc)
-        await ensure_streams(js, settings.nats.stream_replicas)
+        await ensure_streams(
+            js, settings.nats.stream_replicas, heartbeat_ttl_s=settings.nats.heartbeat_ttl_s
+        )
         await Controller(js, settings.database_url).run(stop)
     finally:
         await nc.drain()

@@ -74,11 +74,12 @@ class ReadModel:
         cursor = await conn.execute("SELECT id, state FROM rm.jobs WHERE id = ANY(%s)", (ids,))
         return {job_id: JobState(state) for job_id, state in await cursor.fetchall()}
 
-    async def spec(self, job_id: uuid.UUID) -> JobSpec | None:
+    async def spec(self, site: str, job_id: uuid.UUID) -> JobSpec | None:
+        """The spec of job ``job_id`` at ``site``; None if that site has no such job."""
         conn = await self._c()
         cursor = await conn.execute(
-            f"SELECT {_SPEC_COLUMNS} FROM rm.jobs WHERE id = %s",  # noqa: S608 - constant columns
-            (job_id,),
+            f"SELECT {_SPEC_COLUMNS} FROM rm.jobs WHERE id = %s AND site = %s",  # noqa: S608
+            (job_id, site),
         )
         row = await cursor.fetchone()
         return spec_from_row(row) if row else None
@@ -92,18 +93,24 @@ class ReadModel:
         )
         return [(r[0], int(r[1]), spec_from_row(r[2:])) for r in await cursor.fetchall()]
 
-    async def held_by(self, session_id: uuid.UUID) -> list[LeasedJob]:
+    async def held_by(self, site: str, session_id: uuid.UUID) -> list[LeasedJob]:
         conn = await self._c()
         states = [s.value for s in (*RUNNABLE, JobState.RUNNING)]
         cursor = await conn.execute(
             f"SELECT id, state, last_seq, attempts, {_SPEC_COLUMNS} FROM rm.jobs "  # noqa: S608
-            "WHERE lease_session = %s AND state = ANY(%s)",
-            (session_id, states),
+            "WHERE site = %s AND lease_session = %s AND state = ANY(%s)",
+            (site, session_id, states),
         )
         return [
             LeasedJob(r[0], JobState(r[1]), int(r[2]), max(int(r[3]), 1), spec_from_row(r[4:]))
             for r in await cursor.fetchall()
         ]
+
+    async def applied(self, seqs: list[int]) -> set[int]:
+        """Which of ``seqs`` the projector folded as job events (the rest it quarantined)."""
+        conn = await self._c()
+        cursor = await conn.execute("SELECT seq FROM rm.job_events WHERE seq = ANY(%s)", (seqs,))
+        return {int(row[0]) for row in await cursor.fetchall()}
 
     async def awaited_parents(self) -> set[uuid.UUID]:
         """Ids of the jobs that some job not yet released still waits on."""

@@ -29,7 +29,7 @@ from nats.js.errors import APIError, NotFoundError
 from psycopg import AsyncConnection
 
 from lodestream.eventlog.pull import PullConsumer, pull_consumer
-from services.projector.messages import RawMessage, decode_message
+from services.projector.messages import Decoded, RawMessage, decode_message
 from services.projector.projection import Changes, Projection, job_ids_to_load
 from services.projector.rows import QuarantineRow
 from services.projector.store import ProjectionStore
@@ -45,6 +45,15 @@ def raw_from_msg(stream: str, msg: Any) -> RawMessage:
         data=msg.data,
         headers=dict(msg.headers) if msg.headers else None,
     )
+
+
+# Errors that depend on a message's content, not on Postgres being up: retrying cannot help.
+# (UndefinedTable is a ProgrammingError too, and is caught before these.)
+UNSTORABLE = (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class Gap(Exception):
@@ -101,6 +110,7 @@ class Projector:
         self._contiguous = contiguous
         self._conn: AsyncConnection[Any] | None = None
         self.applied = 0
+        self.unstorable = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await self._subscribe_from(await self._applied_position())
@@ -166,6 +176,13 @@ class Projector:
             except (psycopg.errors.UndefinedTable, psycopg.errors.InternalError_) as exc:
                 # A rebuild swapped the schema under us: retry against the new tables.
                 log.info("projector %s: tables replaced (%s); retrying", self._stream, exc)
+            except UNSTORABLE as exc:
+                # Some message in the batch holds what Postgres refuses: find it, quarantine
+                # it, apply the rest. Retrying the batch as it is would fail for ever.
+                log.warning("projector %s: batch refused (%s); applying one by one", self._stream,
+                            _first_line(exc))  # fmt: skip
+                decoded = await self._apply_singly(raws, decoded)
+                return True
             else:
                 return True
             if self._conn is not None:
@@ -175,6 +192,23 @@ class Projector:
                 return False
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+    async def _apply_singly(
+        self, raws: list[RawMessage], decoded: list[Decoded | QuarantineRow]
+    ) -> list[Decoded | QuarantineRow]:
+        """Apply message by message; quarantine each one Postgres refuses, with its reason."""
+        kept: list[Decoded | QuarantineRow] = []
+        for raw, item in zip(raws, decoded, strict=True):
+            try:
+                await self._apply_once([raw], [item])
+                kept.append(item)
+            except UNSTORABLE as exc:
+                reason = f"unstorable: {_first_line(exc)}"
+                refused = QuarantineRow(raw.stream, raw.seq, raw.subject, reason, raw.data)
+                self.unstorable += 1
+                await self._apply_once([raw], [refused])
+                kept.append(refused)
+        return kept
 
     async def _connection(self) -> AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:

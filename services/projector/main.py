@@ -23,7 +23,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     stop = stop or _stop_on_signals()
     nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-projector"}))
     js = jetstream(nc)
-    await ensure_streams(js, settings.nats.stream_replicas)
+    await ensure_streams(
+        js, settings.nats.stream_replicas, heartbeat_ttl_s=settings.nats.heartbeat_ttl_s
+    )
     store = ProjectionStore(READ_SCHEMA)
     cfg = settings.projector
     projectors = [

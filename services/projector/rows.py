@@ -139,3 +139,9 @@ class QuarantineRow:
     subject: str
     reason: str
     raw: bytes
+
+    def __post_init__(self) -> None:
+        # The subject and the reason (which may quote the payload) are text columns, and
+        # Postgres text cannot hold NUL: a quarantine row must never be unstorable itself.
+        object.__setattr__(self, "subject", self.subject.replace("\x00", "\\u0000"))
+        object.__setattr__(self, "reason", self.reason.replace("\x00", "\\u0000"))

@@ -250,7 +250,6 @@ async def test_dead_session_is_fenced_and_a_restart_re_emits_nothing(
             heartbeat = Heartbeat(session_id=session, site=SITE, at=datetime.now(UTC))
             await js.publish(
                 heartbeat_subject(SITE, session), orjson.dumps(heartbeat.model_dump(mode="json")),
-                msg_ttl=1,
             )  # fmt: skip
             started = JobStarted.create(
                 site=SITE, aggregate_id=created.aggregate_id, actor=f"launcher:{session}",

@@ -82,11 +82,11 @@ async def _refused(site: Site, request: Awaitable[Any], action: str, subject: st
 async def test_site_publishes_to_jetstream_over_wss(alpha: Site) -> None:
     assert alpha.nc.connected_url is not None
     assert alpha.nc.connected_url.scheme == "wss"
-    ack = await alpha.js.publish(f"evt.alpha.job.{uuid.uuid4()}.created", b"{}")
+    ack = await alpha.js.publish(f"evt.alpha.job.{uuid.uuid4()}.started", b"{}")
     assert ack.stream == EVENTS_STREAM
     assert ack.seq >= 1
     hb = await alpha.js.publish(f"hb.alpha.{uuid.uuid4()}", b"")
-    assert hb.stream == "HB"
+    assert hb.stream == "HBIN"
     assert alpha.errors.errors == []
 
 

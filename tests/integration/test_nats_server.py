@@ -25,7 +25,7 @@ from infra.nats.errors import ReloadError, ServerStartError
 from infra.nats.server import NatsServer
 from lodestream.eventlog.streams import ensure_streams
 from lodestream.natsconn import connect
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
 from tests.fixtures.nats import RunningNats, SecureNats, connect_site, write_seed
 from tests.fixtures.ports import free_port
 
@@ -34,7 +34,10 @@ async def test_server_serves_jetstream_streams(js: JetStreamContext) -> None:
     events = await js.stream_info(EVENTS_STREAM)
     heartbeats = await js.stream_info(HB_STREAM)
     assert events.config.subjects == ["evt.>"]
-    assert heartbeats.config.subjects == ["hb.>"]
+    assert not heartbeats.config.subjects  # HB only sources HBIN, where launchers publish
+    inbox = await js.stream_info(HB_IN_STREAM)
+    assert inbox.config.subjects == ["hb.>"]
+    assert inbox.config.allow_rollup_hdrs is False
     ack = await js.publish(f"evt.local.job.{uuid.uuid4()}.created", b"{}")
     assert ack.stream == EVENTS_STREAM
 

@@ -151,7 +151,7 @@ async def test_bad_events_are_quarantined_and_the_projector_carries_on(
     assert "unknown event type 'job.exploded'" in reasons[1]
     assert "illegal: job.started is not allowed from CREATED" in reasons[2]
     assert "at 'beta' does not match job" in reasons[3]
-    assert "site 'beta' on subject of site 'alpha'" in reasons[4]
+    assert "site 'beta' on a subject of site 'alpha'" in reasons[4]
     assert await fetch(database_url, "SELECT state FROM rm.jobs WHERE id = %s", job) == [("READY",)]
 
 

@@ -13,12 +13,17 @@ from pathlib import Path
 from lodestream.settings import NatsSettings
 
 
+TEST_HEARTBEAT_TTL_S = 3.0
+
+
 def service_env(nats: NatsSettings, database_url: str) -> dict[str, str]:
     env = {
         **os.environ,
         "LODE_NATS_URL": nats.url,
         "LODE_DATABASE_URL": database_url,
         "LODE_PROJECTOR__BATCH_SIZE": "500",
+        # Pilots in tests heartbeat for a 3 s TTL (tests/support/site.py); the stream agrees.
+        "LODE_NATS__HEARTBEAT_TTL_S": str(TEST_HEARTBEAT_TTL_S),
     }
     if nats.user:
         env["LODE_NATS__USER"] = nats.user

@@ -17,6 +17,7 @@ from infra.nats.auth import (
     new_user_seed,
     render_authorization,
     site_consumers,
+    site_event_subjects,
     site_inbox_prefix,
     site_permissions,
     user_public_key,
@@ -26,7 +27,9 @@ from infra.nats.config import NatsServerConfig, render_config
 from infra.nats.errors import BinaryNotFoundError, TlsMaterialError
 from infra.nats.server import find_binary
 from infra.nats.tls import ensure_local_ca
+from schemas.codec import EVENT_CLASSES
 from schemas.subjects import SubjectError
+from schemas.trust import WRITERS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "infra" / "nats" / "examples" / "cluster"
 BAD_SITES = ["", "Alpha", "al.pha", "al*", "al>", "a b", "-alpha", "alpha-", "x" * 41]
@@ -100,18 +103,39 @@ def test_site_permissions_name_only_that_site() -> None:
     assert perms["subscribe"] == {"allow": ["_INBOX_alpha.>", "evt.alpha.job.*.killed"]}
     consumers = [f"{purpose}-alpha" for purpose in SITE_CONSUMER_PURPOSES]
     assert set(perms["publish"]["allow"]) == {
-        "evt.alpha.>",
-        "hb.alpha.>",
+        *site_event_subjects("alpha"),
+        "hb.alpha.*",
         "$JS.API.INFO",
+        "$JS.API.DIRECT.GET.EVENTS.evt.alpha.>",
         *(f"$JS.API.CONSUMER.MSG.NEXT.EVENTS.{name}" for name in consumers),
         *(f"$JS.API.CONSUMER.INFO.EVENTS.{name}" for name in consumers),
         *(f"$JS.ACK.EVENTS.{name}.>" for name in consumers),
     }
     for subject in perms["publish"]["allow"]:
-        # Wildcards only as whole tokens, and only the trailing '>' of the site's own prefix.
-        assert "*" not in subject
+        # Wildcards only as whole tokens: '*' for the aggregate id or session, '>' last.
+        assert all(
+            token in {"*", ">"} or not {"*", ">"} & set(token) for token in subject.split(".")
+        )
         assert ">" not in subject or subject.endswith(".>")
         assert "beta" not in subject
+
+
+def test_site_event_subjects_are_the_state_machine_table() -> None:
+    """A site may publish exactly the event types whose writers include the site."""
+    allowed = {s.split(".", 2)[2].replace(".*.", ".") for s in site_event_subjects("alpha")}
+    assert allowed == {t for t, writers in WRITERS.items() if "site" in writers}
+    assert set(WRITERS) == set(EVENT_CLASSES), "every event type has its writers"
+    for control_only in ("job.created", "job.killed", "job.reset", "site.key_bound",
+                         "site.registered", "job.lease_expired", "session.expired"):  # fmt: skip
+        assert control_only not in allowed
+    for site_step in (
+        "job.leased",
+        "job.started",
+        "job.run_done",
+        "job.finished",
+        "app.registered",
+    ):
+        assert site_step in allowed
 
 
 def test_site_consumers_and_inbox() -> None:

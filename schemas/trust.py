@@ -1,0 +1,232 @@
+"""The one rule every consumer applies to a message before acting on it (ARCHITECTURE.md §6).
+
+Anything a site or a launcher writes is hostile until checked. The projector,
+the controller, the site agent and the pilot all call :func:`check_event`
+(or :func:`event_from_message`) on what they receive, so none of them acts on
+an event another would refuse:
+
+* the subject is an event subject, and its site, kind, aggregate id and type
+  are the payload's;
+* every site the payload names (a job's spec, a work item, an app) is the
+  subject's site: a site cannot reach another site's jobs through its own
+  subjects;
+* the event type is one its writer may append (:data:`WRITERS`, the state
+  machine's "appended by" column as data), and the payload's ``actor`` is of
+  that writer. The actor is never *trusted* from the payload: nats-server only
+  lets a site key publish the types a site may append (the permissions are
+  rendered from :data:`WRITERS` in :mod:`infra.nats.auth`), so an event on the
+  log of a control-plane type came from the control plane, and one that claims
+  otherwise is refused here.
+
+Legality of the transition needs the job's state; a consumer that knows it
+checks it with :func:`schemas.fold.apply`. Heartbeats and the server's expiry
+markers are read with :func:`heartbeat_message`, which tells a real marker
+(written by nats-server in the ``HB`` stream) from a forged one (sourced from
+what a site published).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+import orjson
+from pydantic import BaseModel, ValidationError
+
+from schemas.codec import EVENT_CLASSES, DecodeError, decode
+from schemas.envelope import Event
+from schemas.events.app import AppRegistered, AppUpdated
+from schemas.events.job import JobCreated
+from schemas.events.session import Heartbeat
+from schemas.events.site import SiteRegistered
+from schemas.resources import JobSpec
+from schemas.states import BOTH, CONTROL, SITE, TRANSITIONS, Writer
+from schemas.subjects import (
+    HB_SUBJECTS,
+    SubjectError,
+    check_site,
+    parse_event_subject,
+)
+
+WRITERS: Final[dict[str, frozenset[Writer]]] = {
+    **{name: t.writers for name, t in TRANSITIONS.items()},
+    "session.opened": SITE,
+    "session.closed": SITE,
+    "session.expired": CONTROL,
+    "app.registered": SITE,
+    "app.updated": SITE,
+    "app.removed": SITE,
+    "batch.requested": BOTH,  # by a user through the api, or by the site's elastic queue
+    "batch.submitted": SITE,
+    "batch.queued": SITE,
+    "batch.running": SITE,
+    "batch.finished": SITE,
+    "batch.submit_failed": SITE,
+    "batch.deletion_requested": BOTH,
+    "xfer.requested": CONTROL,
+    "xfer.submitted": SITE,
+    "xfer.succeeded": SITE,
+    "xfer.failed": SITE,
+    "site.registered": CONTROL,
+    "site.key_bound": CONTROL,
+    "site.removed": CONTROL,
+}
+"""Who may append each event type. Every event class has an entry (a test checks it)."""
+
+ACTOR_KINDS: Final[dict[Writer, frozenset[str]]] = {
+    "control": frozenset({"api", "user", "controller", "system"}),
+    "site": frozenset({"site", "launcher"}),
+}
+"""The actor prefixes each writer signs its events with."""
+
+MARKER_HEADER: Final = "Nats-Marker-Reason"
+SOURCE_HEADER: Final = "Nats-Stream-Source"
+
+
+class Untrusted(ValueError):
+    """A message that the rule refuses; the message says why. Quarantine or skip it."""
+
+
+def site_writable_types() -> tuple[str, ...]:
+    """The event types a site key may publish, sorted: what its permissions allow."""
+    return tuple(sorted(name for name, writers in WRITERS.items() if "site" in writers))
+
+
+def event_from_message(subject: str, data: bytes) -> Event:
+    """Decode ``data`` received on ``subject`` and check it; raise :class:`Untrusted`."""
+    try:
+        event = decode(data)
+    except DecodeError as exc:
+        raise Untrusted(str(exc)) from exc
+    return check_event(subject, event)
+
+
+def check_event(subject: str, event: Event) -> Event:
+    """Return ``event`` if the rule holds for it on ``subject``; raise :class:`Untrusted`."""
+    try:
+        parsed = parse_event_subject(subject)
+    except SubjectError as exc:
+        raise Untrusted(str(exc)) from exc
+    if event.site != parsed.site:
+        raise Untrusted(f"event for site {event.site!r} on a subject of site {parsed.site!r}")
+    if event.type != parsed.event_type:
+        raise Untrusted(f"event type {event.type} on a subject for {parsed.event_type}")
+    if str(event.aggregate_id) != parsed.aggregate_id:
+        raise Untrusted(f"aggregate {event.aggregate_id} on a subject for {parsed.aggregate_id}")
+    _check_actor(event)
+    for claimed in _claimed_sites(event):
+        if claimed != event.site:
+            raise Untrusted(f"{event.type} at site {event.site!r} names site {claimed!r}")
+    return event
+
+
+def check_own_site(event: Event, site: str) -> Event:
+    """For a site's own consumers: the event must be about ``site``."""
+    if event.site != site:
+        raise Untrusted(f"{event.type} for site {event.site!r} delivered to site {site!r}")
+    return event
+
+
+def _check_actor(event: Event) -> None:
+    writers = WRITERS.get(event.type)
+    if writers is None:  # a type with no writer can only be a gap in the table
+        raise Untrusted(f"no writer may append {event.type}")
+    kind, _, name = event.actor.partition(":")
+    if not any(kind in ACTOR_KINDS[w] for w in writers):
+        allowed = " or ".join(sorted(writers))
+        raise Untrusted(f"{event.type} is appended by the {allowed}, not by {event.actor}")
+    if kind == "site" and name != event.site:
+        raise Untrusted(f"{event.type} at site {event.site!r} signed by {event.actor}")
+
+
+def _claimed_sites(event: Event) -> list[str]:
+    """Every site the payload names, wherever a consumer could act on it."""
+    data = event.data
+    claimed: list[str] = []
+    match event:
+        case JobCreated(data=spec):
+            claimed.append(spec.site)
+        case AppRegistered(data=app) | AppUpdated(data=app):
+            claimed.append(app.site)
+        case SiteRegistered(data=registered):
+            claimed.append(registered.name)
+        case _:
+            pass
+    for value in _nested(data):
+        if isinstance(value, JobSpec):
+            claimed.append(value.site)
+    return claimed
+
+
+def _nested(data: BaseModel) -> list[BaseModel]:
+    # Work payloads sit one or two levels down (data.work, data.run.work); a walk over the
+    # model's own fields finds them without a list of classes that would go stale.
+    found: list[BaseModel] = []
+    for name in type(data).model_fields:
+        value = getattr(data, name)
+        if isinstance(value, BaseModel):
+            found.append(value)
+            if not isinstance(value, JobSpec):
+                found += _nested(value)
+    return found
+
+
+# --- heartbeats ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatBeat:
+    site: str
+    session_id: uuid.UUID
+    heartbeat: Heartbeat
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatExpired:
+    """nats-server removed the session's last heartbeat when its age ran out."""
+
+    site: str
+    session_id: uuid.UUID
+
+
+def heartbeat_message(
+    subject: str, headers: Mapping[str, str] | None, data: bytes
+) -> HeartbeatBeat | HeartbeatExpired:
+    """Read a message of the ``HB`` stream; raise :class:`Untrusted` for anything else.
+
+    Sites publish heartbeats into ``HBIN``, which ``HB`` sources: everything a site wrote
+    arrives with a ``Nats-Stream-Source`` header, and only a marker the server wrote in
+    ``HB`` itself has none. A site that sets ``Nats-Marker-Reason`` on its own heartbeat
+    therefore cannot make its session (or anyone's) look expired.
+    """
+    site, session_id = parse_heartbeat_subject(subject)
+    headers = headers or {}
+    if MARKER_HEADER in headers and SOURCE_HEADER not in headers:
+        return HeartbeatExpired(site, session_id)
+    try:
+        heartbeat = Heartbeat.model_validate(orjson.loads(data))
+    except (orjson.JSONDecodeError, ValidationError) as exc:
+        raise Untrusted(f"invalid heartbeat: {_first_line(exc)}") from exc
+    if heartbeat.site != site or heartbeat.session_id != session_id:
+        raise Untrusted("heartbeat body does not match its subject")
+    return HeartbeatBeat(site, session_id, heartbeat)
+
+
+def parse_heartbeat_subject(subject: str) -> tuple[str, uuid.UUID]:
+    parts = subject.split(".")
+    if len(parts) != 3 or parts[0] != HB_SUBJECTS.partition(".")[0]:
+        raise Untrusted(f"not a heartbeat subject: {subject!r}")
+    try:
+        return check_site(parts[1]), uuid.UUID(parts[2])
+    except ValueError as exc:  # SubjectError and a malformed UUID alike
+        raise Untrusted(f"not a heartbeat subject: {subject!r}") from exc
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def event_types() -> frozenset[str]:
+    return frozenset(EVENT_CLASSES)
