@@ -48,8 +48,9 @@ schemas: $(STAMP) ## Regenerate schemas/json from the pydantic models
 	$(BIN)/python tools/export_json_schema.py
 
 .PHONY: docs
-docs: $(STAMP) ## Regenerate docs/lifecycle.md from the state-machine table
+docs: $(STAMP) ## Regenerate docs/lifecycle.md and docs/permissions.md from the tables
 	$(BIN)/python tools/lifecycle_diagram.py
+	$(BIN)/python tools/permissions_doc.py
 
 .PHONY: run
 run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stops it)
