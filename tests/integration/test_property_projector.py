@@ -169,7 +169,7 @@ def _history(job: uuid.UUID, session: uuid.UUID) -> list[Event]:
                 job_id=job,
                 slot="input",
                 direction="in",
-                remote={"location": "beamline", "path": "/data/x"},  # type: ignore[arg-type]
+                remote={"location": "beamline", "path": "/data/x"},
                 local_path="in/x",
             ),
             xfer,
