@@ -33,7 +33,7 @@ class ApiSettings(BaseModel):
     port: int = Field(8400, ge=0, le=65535)
     max_jobs_per_request: int = Field(5000, ge=1, le=100_000)
     wait_timeout_s: float = Field(30.0, gt=0)
-    max_page_size: int = Field(1000, ge=1)
+    max_page_size: int = Field(1000, ge=1, le=1000)  # the limit the OpenAPI document states
 
 
 class ProjectorSettings(BaseModel):

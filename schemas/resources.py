@@ -2,24 +2,50 @@
 
 ``JobSpec`` carries Balsam's resource vocabulary so that applications and
 launch commands written for Balsam translate one to one.
+
+Whatever these models accept, Postgres can store (ARCHITECTURE.md §6): no
+string holds NUL (text and jsonb refuse it), integers that reach an integer
+column fit its type, and the free-form JSON of ``data`` holds only signed
+64-bit integers and finite numbers (the codec would read anything else back
+as a different value). Plain string fields say so with a pattern, which
+pydantic checks in Rust and JSON Schema shows; ``data``, the one free-form
+tree, is walked once in Python.
 """
 
 from __future__ import annotations
 
+import math
 import uuid
 from enum import StrEnum
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, Final, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from schemas.subjects import SiteSlug
 
-AppName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,79}$")]
-TagKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
-TagValue = Annotated[str, StringConstraints(max_length=256)]
+NUL_FREE_PATTERN: Final = r"^[^\x00]*$"
+PRINTABLE_PATTERN: Final = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control character (Unicode Cc)
+APP_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,79}$"
+TAG_KEY_PATTERN: Final = r"^[A-Za-z0-9_.:-]{1,64}$"
+TAG_VALUE_MAX_LENGTH: Final = 256
+INT32_MAX: Final = 2**31 - 1  # Postgres integer
+INT32_MIN: Final = -(2**31)
+INT64_MIN: Final = -(2**63)  # Postgres bigint, and what the codec reads back as an int
+INT64_MAX: Final = 2**63 - 1
+
+Text = Annotated[str, StringConstraints(pattern=NUL_FREE_PATTERN)]
+AppName = Annotated[str, StringConstraints(pattern=APP_NAME_PATTERN)]
+TagKey = Annotated[str, StringConstraints(pattern=TAG_KEY_PATTERN)]
+TagValue = Annotated[
+    str, StringConstraints(max_length=TAG_VALUE_MAX_LENGTH, pattern=NUL_FREE_PATTERN)
+]
 SlotName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
+Workdir = Annotated[
+    str, StringConstraints(min_length=1, max_length=1024, pattern=PRINTABLE_PATTERN)
+]
 
 MAX_PARENTS = 1000
+_NOWHERE_PARTS: Final = frozenset({"", "."})
 
 
 class Frozen(BaseModel):
@@ -29,8 +55,10 @@ class Frozen(BaseModel):
 class TransferSpec(Frozen):
     """A concrete file or directory to stage through one of the app's transfer slots."""
 
-    location: Annotated[str, StringConstraints(min_length=1, max_length=512)]
-    path: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    location: Annotated[
+        str, StringConstraints(min_length=1, max_length=512, pattern=NUL_FREE_PATTERN)
+    ]
+    path: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NUL_FREE_PATTERN)]
     recursive: bool = False
 
 
@@ -41,7 +69,7 @@ class JobResources(Frozen):
     threads_per_core: int = Field(1, ge=1, le=8)
     gpus_per_rank: int = Field(0, ge=0, le=64)
     node_packing_count: int = Field(1, ge=1, le=4096)
-    launch_params: dict[str, str] = Field(default_factory=dict)
+    launch_params: dict[Text, Text] = Field(default_factory=dict)
     wall_time_min: int = Field(0, ge=0, le=60 * 24 * 30)
 
 
@@ -50,21 +78,34 @@ class JobSpec(JobResources):
 
     site: SiteSlug
     app: AppName
-    workdir: Annotated[str, StringConstraints(min_length=1, max_length=1024)]
-    parameters: dict[str, str] = Field(default_factory=dict)
+    workdir: Workdir
+    parameters: dict[Text, Text] = Field(default_factory=dict)
     tags: dict[TagKey, TagValue] = Field(default_factory=dict)
-    parent_ids: tuple[uuid.UUID, ...] = Field(default=(), max_length=MAX_PARENTS)
-    data: dict[str, Any] = Field(default_factory=dict)
+    parent_ids: tuple[uuid.UUID, ...] = Field(
+        default=(), max_length=MAX_PARENTS, json_schema_extra={"uniqueItems": True}
+    )
+    data: dict[Text, Any] = Field(default_factory=dict)
     transfers: dict[SlotName, TransferSpec] = Field(default_factory=dict)
 
     @field_validator("workdir")
     @classmethod
     def _relative_workdir(cls, value: str) -> str:
         # The site joins workdir under its own data/ directory; escaping it would let a
-        # submission write anywhere the site user can. (String tests, not PurePosixPath: this
-        # runs for every event decoded anywhere, and they mean the same for POSIX paths.)
-        if value.startswith("/") or ".." in value.split("/") or "\x00" in value:
+        # submission write anywhere the site user can, and '.' would make data/ itself the
+        # job's directory (shared with every job, cleaned up with the job). String tests,
+        # not PurePosixPath: this runs for every event decoded anywhere, and they mean the
+        # same for POSIX paths. Control characters are refused by the Workdir pattern.
+        parts = value.split("/")
+        if value.startswith("/") or ".." in parts:
             raise ValueError("workdir must be a relative path without '..'")
+        if _NOWHERE_PARTS.issuperset(parts):
+            raise ValueError("workdir must name a directory below the site's data/, not '.'")
+        return value
+
+    @field_validator("data")
+    @classmethod
+    def _storable_data(cls, value: dict[str, Any]) -> dict[str, Any]:
+        check_storable(value, "data")
         return value
 
     @field_validator("parent_ids")
@@ -75,26 +116,75 @@ class JobSpec(JobResources):
         return value
 
 
+_Problem = tuple[list[str | int], str]
+_NUL: Final = "contains NUL (\\u0000), which Postgres cannot store"
+_NUL_KEY: Final = "is a key that " + _NUL
+_BIG_INT: Final = f"is an integer outside [{INT64_MIN}, {INT64_MAX}] (signed 64-bit)"
+_NON_FINITE: Final = "is not a finite number (NaN and infinities have no JSON form)"
+
+
+def check_storable(tree: dict[Any, Any] | list[Any] | tuple[Any, ...], name: str) -> None:
+    """Raise ValueError naming where in ``tree`` (called ``name``) is a value the read models
+    cannot keep: NUL in a key or string, an integer beyond signed 64 bits, NaN or infinity.
+
+    For any free-form JSON a model carries (``JobSpec.data``, a run's result, ...).
+    """
+    problem = _unstorable(tree)
+    if problem is not None:
+        path, reason = problem
+        raise ValueError(name + "".join(f"[{step!r}]" for step in reversed(path)) + f" {reason}")
+
+
+def _unstorable(tree: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> _Problem | None:
+    """Where in a JSON tree is a value the read models cannot keep, and why; None if nowhere.
+
+    Leaves are judged in their parent's loop (a call per leaf would double the cost), and
+    the path is only built on the way out of a failure, innermost step first.
+    """
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
+    for step, value in items:
+        if type(step) is str and "\x00" in step:
+            return [step], _NUL_KEY
+        kind = type(value)
+        if kind is str:
+            reason = _NUL if "\x00" in value else None
+        elif kind is int:
+            reason = None if INT64_MIN <= value <= INT64_MAX else _BIG_INT
+        elif kind is float:
+            reason = None if math.isfinite(value) else _NON_FINITE
+        elif isinstance(value, dict | list | tuple):
+            problem = _unstorable(value)
+            if problem is not None:
+                problem[0].append(step)
+                return problem
+            reason = None
+        else:  # bool, None; anything else is for the serialiser to judge
+            reason = None
+        if reason is not None:
+            return [step], reason
+    return None
+
+
 class Site(Frozen):
     name: SiteSlug
-    owner: str
-    description: str = ""
-    public_key: str | None = None
+    owner: Text
+    description: Text = ""
+    public_key: Text | None = None
     created_at: AwareDatetime
 
 
 class AppParameter(Frozen):
     required: bool = True
-    default: str | None = None
-    help: str = ""
+    default: Text | None = None
+    help: Text = ""
 
 
 class AppTransferSlot(Frozen):
     direction: Annotated[str, StringConstraints(pattern=r"^(in|out)$")]
-    local_path: str
+    local_path: Text
     required: bool = False
     recursive: bool = False
-    description: str = ""
+    description: Text = ""
 
 
 AppHook = Annotated[
@@ -107,8 +197,8 @@ class App(Frozen):
 
     site: SiteSlug
     name: AppName
-    description: str = ""
-    parameters: dict[str, AppParameter] = Field(default_factory=dict)
+    description: Text = ""
+    parameters: dict[Text, AppParameter] = Field(default_factory=dict)
     transfers: dict[SlotName, AppTransferSlot] = Field(default_factory=dict)
     python: bool = False
     hooks: tuple[AppHook, ...] = ()  # which site-side hooks the app defines
@@ -151,19 +241,19 @@ class BatchJobState(StrEnum):
 class BatchJob(Frozen):
     id: uuid.UUID
     site: SiteSlug
-    num_nodes: int = Field(ge=1)
-    wall_time_min: int = Field(ge=1)
-    queue: str = ""
-    project: str = ""
+    num_nodes: int = Field(ge=1, le=INT32_MAX)
+    wall_time_min: int = Field(ge=1, le=INT32_MAX)
+    queue: Text = ""
+    project: Text = ""
     job_mode: Annotated[str, StringConstraints(pattern=r"^(serial|mpi)$")] = "mpi"
-    scheduler_id: str | None = None
+    scheduler_id: Text | None = None
     state: BatchJobState = BatchJobState.REQUESTED
 
 
 class NodeInfo(Frozen):
-    hostname: str
-    cores: int = Field(ge=1)
-    gpus: int = Field(0, ge=0)
+    hostname: Text
+    cores: int = Field(ge=1, le=INT32_MAX)
+    gpus: int = Field(0, ge=0, le=INT32_MAX)
 
 
 class Session(Frozen):
@@ -189,6 +279,6 @@ class TransferItem(Frozen):
     slot: SlotName
     direction: Annotated[str, StringConstraints(pattern=r"^(in|out)$")]
     remote: TransferSpec
-    local_path: str
+    local_path: Text
     state: TransferState = TransferState.PENDING
-    task_id: str | None = None
+    task_id: Text | None = None

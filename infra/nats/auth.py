@@ -40,14 +40,13 @@ from typing import Final
 
 import nkeys
 
+from schemas.nkey import check_user_public_key
 from schemas.subjects import EVENTS_STREAM, check_site
 from schemas.trust import site_writable_types
 
 SITE_CONSUMER_PURPOSES: Final = ("launch", "process", "xfer", "sched")
 CONTROL_USER: Final = "lodestream"
 
-# An nkey user public key: 'U' then 55 more base32 characters.
-_USER_NKEY_RE: Final = re.compile(r"U[A-Z2-7]{55}")
 _USERNAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 Permissions = dict[str, dict[str, list[str]]]
@@ -134,8 +133,10 @@ def render_authorization(control_user: str, control_password: str, sites: Mappin
     for site in sorted(sites):
         public_key = sites[site]
         check_site(site)
-        if not _USER_NKEY_RE.fullmatch(public_key):
-            raise ValueError(f"site {site!r}: {public_key!r} is not an nkey user public key")
+        try:
+            check_user_public_key(public_key)  # checksum too: nats-server refuses a bad one
+        except ValueError as exc:
+            raise ValueError(f"site {site!r}: {exc}") from exc
         permissions = json.dumps(site_permissions(site), indent=2).replace("\n", "\n      ")
         entries.append(
             f"    # site {site}\n"

@@ -7,11 +7,12 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from schemas.envelope import Event, EventData
+from schemas.resources import INT32_MAX, INT32_MIN
 
 
 class BatchRequestData(EventData):
-    num_nodes: int = Field(ge=1)
-    wall_time_min: int = Field(ge=1)
+    num_nodes: int = Field(ge=1, le=INT32_MAX)
+    wall_time_min: int = Field(ge=1, le=INT32_MAX)
     queue: str = ""
     project: str = ""
     job_mode: Literal["serial", "mpi"] = "mpi"
@@ -23,7 +24,7 @@ class BatchSubmittedData(EventData):
 
 
 class BatchFinishedData(EventData):
-    exit_code: int | None = None
+    exit_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     state: str = ""
     reason: str = ""
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from schemas.envelope import Event, EventData
-from schemas.resources import JobSpec
+from schemas.resources import INT32_MAX, INT32_MIN, JobSpec, check_storable
 from schemas.upcast import upcaster
 
 MAX_TAIL = 4096
@@ -25,7 +25,7 @@ class StepData(EventData):
     skipped: tuple[str, ...] = ()
     note: str = ""
     work: JobSpec | None = None
-    attempt: int = Field(1, ge=1)
+    attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
 class ParentsData(EventData):
@@ -36,7 +36,7 @@ class LeaseData(EventData):
     session_id: uuid.UUID
     reason: str = ""
     work: JobSpec | None = None  # set when the job becomes runnable again (release, expiry)
-    attempt: int = Field(1, ge=1)
+    attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
 class Placement(EventData):
@@ -49,18 +49,24 @@ class StartedData(EventData):
     session_id: uuid.UUID
     skipped: tuple[str, ...] = ()
     placement: tuple[Placement, ...] = ()
-    pid: int | None = None
-    attempt: int = Field(1, ge=1)
+    pid: int | None = Field(None, ge=0, le=INT32_MAX)
+    attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
 class RunResultData(EventData):
-    return_code: int | None = None
+    return_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stderr_tail: str = Field("", max_length=MAX_TAIL)
     runtime_s: float | None = Field(None, ge=0)
-    result: Any = None
+    result: Any = None  # a Python app's return value, stored as jsonb
     cause: tuple[str, ...] = ()
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
-    attempt: int = Field(1, ge=1)
+    attempt: int = Field(1, ge=1, le=INT32_MAX)
+
+    @field_validator("result")
+    @classmethod
+    def _storable_result(cls, value: Any) -> Any:
+        check_storable([value], "result")  # a list, so a bare scalar is judged too
+        return value
 
 
 class FinishedData(StepData):
@@ -73,7 +79,7 @@ class FinishedData(StepData):
 
 
 class RetryData(EventData):
-    attempt: int = Field(ge=1)
+    attempt: int = Field(ge=1, le=INT32_MAX)
     reason: str = ""
     work: JobSpec | None = None
 

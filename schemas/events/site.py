@@ -7,20 +7,19 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import StringConstraints
 
 from schemas.envelope import Event, EventData
+from schemas.nkey import UserPublicKey
 from schemas.subjects import SiteSlug
-
-NkeyUser = Annotated[str, StringConstraints(pattern=r"^U[A-Z2-7]{55}$")]
 
 
 class SiteRegisteredData(EventData):
     name: SiteSlug
     owner: Annotated[str, StringConstraints(min_length=1, max_length=120)]
     description: str = ""
-    public_key: NkeyUser | None = None
+    public_key: UserPublicKey | None = None
 
 
 class SiteKeyData(EventData):
-    public_key: NkeyUser
+    public_key: UserPublicKey
 
 
 class SiteRemovedData(EventData):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import uuid
 from typing import ClassVar, Literal
 
+from pydantic import Field
+
 from schemas.envelope import Event, EventData
-from schemas.resources import SlotName, TransferSpec
+from schemas.resources import INT64_MAX, SlotName, TransferSpec
 
 
 class TransferRequestedData(EventData):
@@ -26,7 +28,7 @@ class TransferFailedData(EventData):
 
 
 class TransferDoneData(EventData):
-    bytes_transferred: int | None = None
+    bytes_transferred: int | None = Field(None, ge=0, le=INT64_MAX)
 
 
 class TransferRequested(Event):

@@ -4,6 +4,12 @@ A ``job.created`` is appended with ``expect=0`` ("this job must not exist").
 When the server refuses one, the job's own ``job.created`` subject says whether
 it was this very event (a retry whose first attempt landed; the log is
 unchanged and we report the original sequence) or somebody else's job.
+
+Every append the API makes is first measured against the server's
+``max_payload`` (:func:`message_size`): a message over it is refused by
+nats-py half-way through a pipelined batch (the jobs before it are appended)
+and, if it reached the server, would cost the connection. Measured first, an
+oversized job refuses the whole request with 413 and nothing is appended.
 """
 
 from __future__ import annotations
@@ -11,15 +17,24 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from lodestream.eventlog import Appended, ConflictError, EventLog
-from lodestream.eventlog.append import H_MSG_ID
+from lodestream.eventlog.append import H_MSG_ID, headers_for
+from schemas.codec import encode
 from schemas.envelope import Event
 from schemas.subjects import EVENTS_STREAM
+from services.api.errors import TooLarge
+
+# nats-py writes headers as "NATS/1.0\r\n", then "Key: value\r\n" each, then "\r\n"; the
+# server counts them with the payload against max_payload.
+_HEADER_LINE: Final = len(b"NATS/1.0\r\n")
+_HEADER_SEPARATORS: Final = len(b": \r\n")
+_HEADER_END: Final = len(b"\r\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +49,31 @@ class Refused:
     id: uuid.UUID
     reason: str
     conflict: bool  # the id is taken; otherwise the log did not acknowledge
+
+
+def message_size(event: Event, expect: int | None) -> int:
+    """The bytes the server counts against ``max_payload`` to append ``event``."""
+    headers = headers_for(event, expect)
+    header_bytes = _HEADER_LINE + _HEADER_END
+    header_bytes += sum(len(k) + len(v) + _HEADER_SEPARATORS for k, v in headers.items())
+    return header_bytes + len(encode(event))
+
+
+def oversized(events: Sequence[Event], expect: int | None, limit: int) -> list[tuple[int, int]]:
+    """``(position, bytes)`` of each of ``events`` that is over ``limit`` as a message."""
+    sizes = ((position, message_size(event, expect)) for position, event in enumerate(events))
+    return [(position, size) for position, size in sizes if size > limit]
+
+
+def ensure_fits(event: Event, expect: int | None, limit: int) -> None:
+    """Raise TooLarge if ``event`` is over ``limit`` bytes as a message."""
+    size = message_size(event, expect)
+    if size > limit:
+        raise TooLarge(
+            f"the {event.type} event would be {size} bytes; the event log accepts at most "
+            f"{limit} bytes per event (NATS max_payload)",
+            {"limit": limit, "size": size},
+        )
 
 
 async def append_created(

@@ -7,7 +7,8 @@
     ├── Unauthorized              unauthorized 401  missing, unknown or revoked token
     ├── NotFound                  not_found    404  absent, or owned by someone else
     ├── Conflict                  conflict     409  the id or name is taken
-    ├── TooManyJobs               too_large    413  more jobs than one request may carry
+    ├── TooLarge                  too_large    413  over a size limit: retrying cannot help
+    │   └── TooManyJobs                             more jobs than one request may carry
     ├── WaitTimedOut              timeout      504  appended, but not yet projected
     └── Unavailable               unavailable  503  NATS or Postgres cannot serve the request
         └── NotReady                           503  /readyz with the failing checks
@@ -15,10 +16,14 @@
 Errors of the layers below are mapped here too (:func:`install`): FastAPI's
 ``RequestValidationError`` and pydantic's ``ValidationError`` become
 ``invalid``; Starlette's own HTTP errors (unknown route, wrong method, body
-over the size limit) keep their status; SQLAlchemy connection errors,
-event-log append failures and NATS client errors become ``unavailable``.
+over the size limit) keep their status; nats-py's ``MaxPayloadError`` is
+``too_large`` (the routes check sizes before appending, so it is only a
+backstop); SQLAlchemy connection errors, event-log append failures and
+other NATS client errors become ``unavailable``.
 Every error body has the shape ``{"error": {"code", "message", "details"}}``
-(``/readyz`` answers 503 with its readiness report instead).
+(:class:`~services.api.models.ErrorBody`; ``/readyz`` answers 503 with its
+readiness report instead). :func:`documented` states the same in each
+route's OpenAPI ``responses``.
 """
 
 from __future__ import annotations
@@ -31,12 +36,16 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from nats.errors import Error as NatsError
+from nats.errors import MaxPayloadError
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lodestream.eventlog import EventLogError
+from schemas.resources import APP_NAME_PATTERN, NUL_FREE_PATTERN, PRINTABLE_PATTERN
+from schemas.subjects import SITE_SLUG_PATTERN
+from services.api.models import TAG_FILTER_PATTERN, ErrorBody
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +57,7 @@ class ApiError(Exception):
 
     status: ClassVar[int] = 500
     code: ClassVar[str] = "internal"
+    when: ClassVar[str] = ""  # for the OpenAPI document: when a route answers this
 
     def __init__(self, message: str, details: Any = None) -> None:
         super().__init__(message)
@@ -58,36 +68,47 @@ class ApiError(Exception):
 class InvalidInput(ApiError):
     status = 422
     code = "invalid"
+    when = "the body, a parameter or a reference is invalid; nothing was appended"
 
 
 class Unauthorized(ApiError):
     status = 401
     code = "unauthorized"
+    when = "the bearer token is missing, unknown or revoked"
 
 
 class NotFound(ApiError):
     status = 404
     code = "not_found"
+    when = "no such thing among the caller's own (another user's is not found either)"
 
 
 class Conflict(ApiError):
     status = 409
     code = "conflict"
+    when = "the id or name is taken, or the job's state does not allow the action"
 
 
-class TooManyJobs(ApiError):
+class TooLarge(ApiError):
     status = 413
     code = "too_large"
+    when = "over a size limit (named in the message); retrying the same request cannot help"
+
+
+class TooManyJobs(TooLarge):
+    """More jobs than one request may carry."""
 
 
 class WaitTimedOut(ApiError):
     status = 504
     code = "timeout"
+    when = "appended, but not projected within the wait; details hold the accepted result"
 
 
 class Unavailable(ApiError):
     status = 503
     code = "unavailable"
+    when = "NATS or Postgres cannot serve the request now; retry later"
 
 
 class NotReady(Unavailable):
@@ -108,9 +129,33 @@ def invalid_from_errors(errors: Sequence[Any], prefix: str = "invalid request") 
     return InvalidInput(message, details)
 
 
+# The rule behind each pattern of the API's inputs reads better than the regular expression
+# that pydantic would quote (a pattern not listed here is quoted as it is).
+_PATTERN_RULES: Final = {
+    NUL_FREE_PATTERN: "must not contain NUL (\\u0000), which Postgres cannot store",
+    PRINTABLE_PATTERN: "must not contain control characters (newline, tab, NUL, ...)",
+    SITE_SLUG_PATTERN: "a site name is 1-40 lowercase letters, digits and inner hyphens",
+    APP_NAME_PATTERN: "an app name is a letter or '_', then up to 79 letters, digits, '_.-'",
+    TAG_FILTER_PATTERN: "a tag filter is key:value, the key 1-64 letters, digits or '_.-'",
+}
+
+
 def _msg(err: Any) -> str:
+    if err.get("type") == "string_pattern_mismatch":
+        rule = _PATTERN_RULES.get(str((err.get("ctx") or {}).get("pattern")))
+        if rule is not None:
+            return rule
     # pydantic prefixes messages of ValueErrors raised in validators; the rule reads better alone.
     return str(err.get("msg", "")).removeprefix("Value error, ")
+
+
+def documented(*errors: type[ApiError]) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI ``responses`` of a route that may raise ``errors`` (merged by status)."""
+    responses: dict[int | str, dict[str, Any]] = {}
+    for error in sorted(errors, key=lambda e: e.status):
+        entry = responses.setdefault(error.status, {"model": ErrorBody, "description": ""})
+        entry["description"] = "; ".join(filter(None, (entry["description"], error.when)))
+    return responses
 
 
 def error_body(exc: ApiError) -> dict[str, Any]:
@@ -143,9 +188,23 @@ _HTTP_CODES: Final = {404: "not_found", 405: "method_not_allowed", 413: "too_lar
 
 async def _http(_: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, StarletteHTTPException)
+    if exc.status_code == 400:
+        # FastAPI's answer to a body it cannot decode (not UTF-8, say); every other invalid
+        # input is a 422, and POST /jobs, which parses its own body, answers this one so too.
+        return _response(InvalidInput(f"invalid request: body: {exc.detail}"))
     code = _HTTP_CODES.get(exc.status_code, "http_error")
     body = {"error": {"code": code, "message": str(exc.detail), "details": None}}
     return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+
+async def _max_payload(request: Request, exc: Exception) -> JSONResponse:
+    limit = request.app.state.context.nc.max_payload
+    return _response(
+        TooLarge(
+            f"an event is over the {limit} bytes the event log accepts (NATS max_payload)",
+            {"limit": limit, "reason": str(exc)},
+        )
+    )
 
 
 async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
@@ -160,6 +219,8 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(ValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)
+    # Handlers are found by the exception's class hierarchy, so this one wins over NatsError's.
+    app.add_exception_handler(MaxPayloadError, _max_payload)
     for dependency_error in (
         OperationalError,
         InterfaceError,

@@ -23,12 +23,22 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
-from schemas.events.site import NkeyUser
-from schemas.resources import JobSpec
-from schemas.subjects import check_site
+from schemas.nkey import UserPublicKey
+from schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH, JobSpec
+from schemas.subjects import SITE_SLUG_PATTERN, check_site
 
 TOO_MANY_JOBS: Final = "too_many_jobs"
 """Error type raised while validating a submission with more jobs than allowed (413)."""
+
+MAX_PAGE_SIZE: Final = 1000
+"""The most items one page may hold; ``api.max_page_size`` can only lower it."""
+SEQ_MAX: Final = INT64_MAX  # stream sequences and offsets are Postgres bigint
+MAX_TEXT: Final = 2000
+# A tag filter splits at its first ':', so its key cannot hold one (a TagKey may).
+TAG_FILTER_PATTERN: Final = rf"^[A-Za-z0-9_.-]{{1,64}}:[^\x00]{{0,{TAG_VALUE_MAX_LENGTH}}}$"
+
+# Free text (a description, a reason) as it reaches text and jsonb columns: bounded, no NUL.
+FreeText = Annotated[str, StringConstraints(max_length=MAX_TEXT, pattern=NUL_FREE_PATTERN)]
 
 
 def inline_schema(model: type[BaseModel]) -> dict[str, Any]:
@@ -54,6 +64,21 @@ class Wire(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+# --- errors ----------------------------------------------------------------------------------
+
+
+class ErrorInfo(BaseModel):
+    code: str = Field(description="stable, machine-readable: invalid, not_found, too_large, ...")
+    message: str = Field(description="what is wrong and, where it helps, what to do")
+    details: Any = Field(description="per-problem details (e.g. each invalid field), or null")
+
+
+class ErrorBody(BaseModel):
+    """The body of every error response but /readyz's."""
+
+    error: ErrorInfo
+
+
 # --- submission ----------------------------------------------------------------------------
 
 
@@ -66,7 +91,10 @@ class JobSubmission(JobSpec):
 
 
 class SubmitRequest(Wire):
-    jobs: list[JobSubmission] = Field(min_length=1)
+    jobs: list[JobSubmission] = Field(
+        min_length=1,
+        description="at most api.max_jobs_per_request (default 5000) jobs; more is 413",
+    )
     idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
 
     @field_validator("jobs", mode="before")
@@ -159,9 +187,10 @@ class EventPage(BaseModel):
 
 
 class SiteCreate(Wire):
-    name: str
-    description: Annotated[str, StringConstraints(max_length=2000)] = ""
-    public_key: NkeyUser | None = None  # the site's nkey; the seed never leaves the site
+    # check_site enforces the pattern with a message that states the rule; the schema shows it.
+    name: str = Field(json_schema_extra={"pattern": SITE_SLUG_PATTERN})
+    description: FreeText = ""
+    public_key: UserPublicKey | None = None  # the site's nkey; the seed never leaves the site
 
     @field_validator("name")
     @classmethod
@@ -171,7 +200,7 @@ class SiteCreate(Wire):
 
 
 class SiteKey(Wire):
-    public_key: NkeyUser
+    public_key: UserPublicKey
 
 
 class SiteCreated(Wire):

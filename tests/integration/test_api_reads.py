@@ -85,9 +85,15 @@ async def test_pagination_and_order(api: ApiHarness, jobs: list[dict[str, Any]])
 @pytest.mark.parametrize(
     ("params", "message"),
     [
-        ({"tag": "run"}, "tag filter 'run' must be key:value"),
+        ({"tag": "run"}, "query.tag.0: a tag filter is key:value"),
+        ({"tag": ":a"}, "query.tag.0: a tag filter is key:value"),
+        ({"tag": "run:\x00"}, "query.tag.0: a tag filter is key:value"),
+        ({"site": "Theta"}, "query.site: a site name is 1-40 lowercase letters"),
+        ({"app": "1sim"}, "query.app: an app name is a letter or '_'"),
+        ({"state": "DONE"}, "query.state.0: Input should be 'CREATED'"),
+        ({"offset": 2**63}, "query.offset: Input should be less than or equal to"),
         ({"tag": ["run:a", "run:b"]}, "tag 'run' is given twice"),
-        ({"limit": 100_000}, "limit must be at most"),
+        ({"limit": 100_000}, "query.limit: Input should be less than or equal to 1000"),
         ({"order_by": "name"}, "query.order_by"),
         ({"created_after": "2024-01-01T00:00:00"}, "query.created_after"),
         ({"state": "CREATED", "parent_id": "nope"}, "query.parent_id"),

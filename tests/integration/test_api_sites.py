@@ -1,9 +1,10 @@
-"""POST /sites, GET /sites and GET /apps against the real log and read models."""
+"""/sites and GET /apps against the real log and read models."""
 
 from __future__ import annotations
 
 import pytest
 
+from infra.nats.auth import new_user_seed, user_public_key
 from schemas.ids import derived_id
 from schemas.resources import App, AppParameter
 from tests.fixtures.api import ApiHarness
@@ -80,3 +81,26 @@ async def test_apps_of_the_callers_sites(api: ApiHarness) -> None:
     assert [(a["site"], a["name"]) for a in every] == [("polaris", "fit"), ("theta", "sim")]
     assert theta[0]["parameters"] == {"steps": {"required": True, "default": None, "help": ""}}
     assert theta[0]["description"] == "MD"
+
+
+async def test_a_change_to_a_site_the_read_model_has_not_caught_up_with_is_a_conflict(
+    api: ApiHarness,
+) -> None:
+    """A second removal before the first is projected would be an illegal event on the log."""
+    await api.register_site("alice", "theta")
+    await api.projector.stop()
+    alice = api.user("alice")
+    key = {"public_key": user_public_key(new_user_seed())}
+
+    first = await api.client.delete("/sites/theta", headers=alice)
+    count = await api.message_count()
+    again = await api.client.delete("/sites/theta", headers=alice)
+    rebind = await api.client.put("/sites/theta/key", json=key, headers=alice)
+
+    assert first.status_code == 200, first.text
+    for response in (again, rebind):
+        assert response.status_code == 409, response.text
+        assert response.json()["error"]["message"] == (
+            "site 'theta' changed meanwhile (the change may not be visible yet); retry"
+        )
+    assert await api.message_count() == count

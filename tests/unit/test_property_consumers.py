@@ -159,7 +159,8 @@ def test_the_controller_refuses_what_it_cannot_trust(msgs: list[Msg]) -> None:
 @given(MESSAGES)
 def test_the_pilot_takes_work_or_skips_it(msg: Msg) -> None:
     try:
-        item = work_item(msg)
+        item = work_item(msg, "alpha")
     except NotWork:
         return
-    assert item.spec.site == msg.subject.split(".")[1]
+    assert item.site == item.spec.site == "alpha"
+    assert msg.subject.startswith("evt.alpha.job.")

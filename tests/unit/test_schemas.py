@@ -50,7 +50,16 @@ from schemas.events.xfer import (
     TransferSubmittedData,
 )
 from schemas.ids import derived_id, uuid7
-from schemas.resources import MAX_PARENTS, App, JobSpec, NodeInfo, Session, Site, TransferSpec
+from schemas.resources import (
+    MAX_PARENTS,
+    App,
+    BatchJob,
+    JobSpec,
+    NodeInfo,
+    Session,
+    Site,
+    TransferSpec,
+)
 from schemas.states import FINISHED_AT_RUN_END
 from schemas.subjects import (
     SubjectError,
@@ -67,7 +76,7 @@ AGGREGATE = uuid.UUID("01900000-0000-7000-8000-000000000001")
 SESSION_ID = uuid.UUID("01900000-0000-7000-8000-0000000000a1")
 AT = datetime(2025, 1, 2, 3, 4, 5, 678_000, tzinfo=UTC)
 NAIVE = datetime(2025, 1, 2, 3, 4, 5)  # noqa: DTZ001 - the point of the tests that use it
-NKEY_USER = "U" + "A" * 55
+NKEY_USER = "UCHDHJ54QTK6PP5KIZ3IV3UVX5N446PLTFMIPABEPL3NO6LYBLGLJZ2F"  # a valid key (checksum)
 
 SPEC = JobSpec(site=SITE, app="demo", workdir="demo/1")
 APP = App(site=SITE, name="demo")
@@ -343,11 +352,114 @@ def test_workdir_accepts_relative_paths(workdir: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "workdir", ["", "/abs", "/", "..", "../x", "a/../../b", "a/..", "a\x00b", "x" * 1025]
+    "workdir",
+    [
+        *("", "/abs", "/", "..", "../x", "a/../../b", "a/..", "x" * 1025),
+        *(".", "./", "./.", ".//.", "//"),  # data/ itself
+        *("a\x00b", "a\nb", "a\rb", "a\tb", "a\x1bb", "a\x7fb", "a\x85b"),  # control characters
+    ],
 )
 def test_workdir_refuses_absolute_escaping_or_bad_paths(workdir: str) -> None:
     with pytest.raises(ValidationError, match="workdir"):
         JobSpec(site=SITE, app="demo", workdir=workdir)
+
+
+def test_workdir_refuses_the_data_directory_itself_by_name() -> None:
+    with pytest.raises(ValidationError, match=r"workdir must name a directory below the site"):
+        JobSpec(site=SITE, app="demo", workdir="./")
+
+
+STORABLE_BASE: dict[str, Any] = {"site": SITE, "app": "demo", "workdir": "w"}
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("workdir", "a\x00b"),
+        ("parameters", {"steps": "1\x00"}),
+        ("parameters", {"st\x00eps": "1"}),
+        ("tags", {"run": "a\x00"}),
+        ("launch_params", {"cpu-bind": "\x00"}),
+        ("launch_params", {"\x00": "x"}),
+        ("data", {"k\x00": 1}),
+        ("data", {"k": "v\x00"}),
+        ("data", {"k": [1, {"deep": ["ok", "n\x00t ok"]}]}),
+        ("data", {"k": {"de\x00ep": 1}}),
+        ("transfers", {"input": {"location": "g\x00", "path": "p"}}),
+        ("transfers", {"input": {"location": "g", "path": "p\x00"}}),
+    ],
+)
+def test_no_string_of_a_job_may_hold_nul(field: str, value: Any) -> None:
+    """Postgres text and jsonb refuse NUL: a job carrying one could never be projected."""
+    with pytest.raises(ValidationError, match=field):
+        JobSpec.model_validate({**STORABLE_BASE, field: value})
+    raw = orjson.dumps({**STORABLE_BASE, field: value})
+    assert b"\\u0000" in raw
+    with pytest.raises(ValidationError, match=field):
+        JobSpec.model_validate_json(raw)
+
+
+def test_a_nul_deep_in_data_is_named_by_its_path() -> None:
+    with pytest.raises(ValidationError) as caught:
+        JobSpec.model_validate({**STORABLE_BASE, "data": {"k": [1, {"deep": ["ok", "\x00"]}]}})
+    assert "data['k'][1]['deep'][1] contains NUL (\\u0000)" in str(caught.value)
+
+
+@pytest.mark.parametrize("number", [-(2**63), 2**63 - 1, 0, 1.5, -1e300, True, None])
+def test_data_keeps_numbers_the_codec_reads_back_as_they_were(number: Any) -> None:
+    spec = JobSpec.model_validate({**STORABLE_BASE, "data": {"x": [{"y": number}]}})
+    assert orjson.loads(spec.model_dump_json())["data"] == {"x": [{"y": number}]}
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (b"9223372036854775808", "outside"),
+        (b"-9223372036854775809", "outside"),
+        (b"123456789012345678901234567890", "outside"),
+        (b"NaN", "not a finite number"),
+        (b"Infinity", "not a finite number"),
+        (b"-Infinity", "not a finite number"),
+        (b"1e400", "not a finite number"),
+    ],
+)
+def test_data_refuses_numbers_json_or_the_codec_cannot_keep(raw: bytes, message: str) -> None:
+    document = b'{"site": "alpha", "app": "demo", "workdir": "w", "data": {"x": [%s]}}' % raw
+    with pytest.raises(ValidationError, match=rf"data\['x'\]\[0\] .*{message}"):
+        JobSpec.model_validate_json(document)
+
+
+@pytest.mark.parametrize(
+    ("model", "fields", "field"),
+    [
+        (App, {"site": SITE, "name": "demo", "description": "\x00"}, "description"),
+        (App, {"site": SITE, "name": "demo", "parameters": {"p\x00": {}}}, "parameters"),
+        (App, {"site": SITE, "name": "demo", "parameters": {"p": {"help": "\x00"}}}, "help"),
+        (NodeInfo, {"hostname": "nid\x00", "cores": 1}, "hostname"),
+        (NodeInfo, {"hostname": "nid", "cores": 2**31}, "cores"),
+        (NodeInfo, {"hostname": "nid", "cores": 1, "gpus": 2**31}, "gpus"),
+        (
+            BatchJob,
+            {"id": AGGREGATE, "site": SITE, "num_nodes": 2**31, "wall_time_min": 1},
+            "num_nodes",
+        ),
+        (
+            BatchJob,
+            {"id": AGGREGATE, "site": SITE, "num_nodes": 1, "wall_time_min": 2**31},
+            "wall_time",
+        ),
+        (
+            BatchJob,
+            {"id": AGGREGATE, "site": SITE, "num_nodes": 1, "wall_time_min": 1, "queue": "\x00"},
+            "queue",
+        ),
+    ],
+)
+def test_resource_models_refuse_what_postgres_cannot_store(
+    model: type[BaseModel], fields: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(ValidationError, match=field):
+        model.model_validate(fields)
 
 
 def test_duplicate_parent_ids_are_refused() -> None:
@@ -495,14 +607,16 @@ def test_derived_id_is_stable() -> None:
 
 
 def test_workdir_check_agrees_with_posix_path_semantics() -> None:
-    """The string test of JobSpec.workdir refuses exactly what PurePosixPath calls escaping."""
+    """The string test of JobSpec.workdir refuses exactly what PurePosixPath calls escaping
+    or empty."""
     parts = ["", "a", ".", "..", "...", "..a", "a..", "/", "//", "b c"]
     for combo in product(parts, repeat=3):
         value = "/".join(combo)
         if not value:
             continue
         path = PurePosixPath(value)
-        escapes = path.is_absolute() or ".." in path.parts
+        # ... or names the site's data/ directory itself ('.', './.', '//' is absolute)
+        escapes = path.is_absolute() or ".." in path.parts or not path.parts
         try:
             JobSpec(site=SITE, app="demo", workdir=value)
         except ValueError:

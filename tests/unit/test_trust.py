@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
+from infra.nats.auth import new_user_seed, user_public_key
 from schemas.codec import encode
 from schemas.envelope import Event
 from schemas.events import AppRegistered, JobCreated, JobFinished, JobPreprocessed, SiteKeyBound
@@ -30,7 +31,7 @@ from tests.support.builders import job_created, lifecycle
 
 JOB = uuid.UUID("01900000-0000-7000-8000-000000000001")
 SESSION = uuid.UUID("01900000-0000-7000-8000-000000000002")
-PUBLIC_KEY = "U" + "A" * 55
+PUBLIC_KEY = user_public_key(new_user_seed())
 
 
 def spec(site: str = "alpha") -> JobSpec:

@@ -11,10 +11,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Any
 
 from fastapi import APIRouter
-from pydantic import StringConstraints
 from sqlalchemy import RowMapping
 
 from lodestream.eventlog import ConflictError
@@ -23,18 +22,27 @@ from schemas.events import JobKilled, JobReset
 from schemas.events.job import ReasonData
 from schemas.fold import IllegalTransition, JobView, apply
 from schemas.states import JobState
-from services.api import queries
+from services.api import appends, queries
 from services.api.deps import Context, User
-from services.api.errors import Conflict, NotFound
-from services.api.models import Wire
+from services.api.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    documented,
+)
+from services.api.models import FreeText, Wire
 from services.api.submit import actor
 
 router = APIRouter(tags=["jobs"])
 ATTEMPTS = 5
+_ERRORS = documented(Unauthorized, NotFound, Conflict, TooLarge, InvalidInput, Unavailable)
 
 
 class ActionBody(Wire):
-    reason: Annotated[str, StringConstraints(max_length=2000)] = ""
+    reason: FreeText = ""
 
 
 class ActionDone(Wire):
@@ -43,13 +51,13 @@ class ActionDone(Wire):
     seq: int
 
 
-@router.post("/jobs/{job_id}/kill", response_model=ActionDone)
+@router.post("/jobs/{job_id}/kill", response_model=ActionDone, responses=_ERRORS)
 async def kill_job(job_id: uuid.UUID, ctx: Context, user: User, body: ActionBody) -> ActionDone:
     """Kill a job that is not final; its pilot stops a running task."""
     return await _act(ctx, user, job_id, JobKilled, body.reason)
 
 
-@router.post("/jobs/{job_id}/reset", response_model=ActionDone)
+@router.post("/jobs/{job_id}/reset", response_model=ActionDone, responses=_ERRORS)
 async def reset_job(job_id: uuid.UUID, ctx: Context, user: User, body: ActionBody) -> ActionDone:
     """Send a FAILED or KILLED job back to READY."""
     return await _act(ctx, user, job_id, JobReset, body.reason)
@@ -71,6 +79,7 @@ async def _act(
         except IllegalTransition as exc:
             verb = "kill" if kind is JobKilled else "reset"
             raise Conflict(f"cannot {verb} job {job_id}: {exc}") from exc
+        appends.ensure_fits(event, int(row["last_seq"]), ctx.nc.max_payload)
         try:
             appended = await ctx.log.append(event, expect=int(row["last_seq"]))
         except ConflictError:

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
+from fastapi import APIRouter, Query
+
+from schemas.subjects import SITE_SLUG_PATTERN
 from services.api import queries
 from services.api.deps import Db, User
-from services.api.errors import NotFound
+from services.api.errors import InvalidInput, NotFound, Unauthorized, Unavailable, documented
 from services.api.models import AppOut
 
 router = APIRouter(tags=["apps"])
 
 
-@router.get("/apps", response_model=list[AppOut])
-async def list_apps(user: User, db: Db, site: str | None = None) -> list[AppOut]:
+@router.get(
+    "/apps",
+    response_model=list[AppOut],
+    responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+)
+async def list_apps(
+    user: User, db: Db, site: Annotated[str | None, Query(pattern=SITE_SLUG_PATTERN)] = None
+) -> list[AppOut]:
     if site is not None and site not in {
         r["name"] for r in await queries.list_sites(db, user, include_removed=False)
     }:

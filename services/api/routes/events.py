@@ -9,19 +9,23 @@ from fastapi import APIRouter, Query
 from schemas.subjects import EVENTS_STREAM
 from services.api import queries
 from services.api.deps import Context, Db, User
-from services.api.errors import InvalidInput
-from services.api.models import EventPage, JobEventOut
+from services.api.errors import InvalidInput, Unauthorized, Unavailable, documented
+from services.api.models import MAX_PAGE_SIZE, SEQ_MAX, EventPage, JobEventOut
 
 router = APIRouter(tags=["events"])
 
 
-@router.get("/events", response_model=EventPage)
+@router.get(
+    "/events",
+    response_model=EventPage,
+    responses=documented(Unauthorized, InvalidInput, Unavailable),
+)
 async def events_after(
     user: User,
     db: Db,
     ctx: Context,
-    after_seq: Annotated[int, Query(ge=0)] = 0,
-    limit: Annotated[int, Query(ge=1)] = 100,
+    after_seq: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 100,
 ) -> EventPage:
     """Job events with ``seq > after_seq``; continue from ``next_after_seq``."""
     if limit > ctx.settings.api.max_page_size:

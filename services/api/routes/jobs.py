@@ -3,24 +3,37 @@
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import AwareDatetime, ValidationError
+from pydantic import AwareDatetime, StringConstraints, ValidationError
 
 from schemas.envelope import now
+from schemas.events.job import JobCreated
+from schemas.resources import APP_NAME_PATTERN
+from schemas.states import JobState
+from schemas.subjects import SITE_SLUG_PATTERN
 from services.api import appends, queries, submit, waiting
 from services.api.appends import Accepted, Refused
 from services.api.deps import Context, Db, User
 from services.api.errors import (
+    MAX_DETAILS,
     Conflict,
     InvalidInput,
     NotFound,
+    TooLarge,
     TooManyJobs,
+    Unauthorized,
     Unavailable,
+    WaitTimedOut,
+    documented,
     invalid_from_errors,
 )
 from services.api.models import (
+    MAX_PAGE_SIZE,
+    SEQ_MAX,
+    TAG_FILTER_PATTERN,
     TOO_MANY_JOBS,
     JobEventOut,
     JobOut,
@@ -34,6 +47,7 @@ from services.api.models import (
 router = APIRouter(tags=["jobs"])
 
 TAG_HELP: Final = "key:value, repeatable; a job matches when it has all of them"
+TagFilter = Annotated[str, StringConstraints(pattern=TAG_FILTER_PATTERN)]
 
 _SUBMIT_BODY: Final = {
     "required": True,
@@ -60,7 +74,12 @@ def parse_submission(body: bytes, max_jobs: int) -> SubmitRequest:
     status_code=202,
     response_model=SubmitResponse,
     openapi_extra={"requestBody": _SUBMIT_BODY},
-    responses={201: {"model": SubmitResponse, "description": "accepted and projected (wait)"}},
+    responses={
+        201: {"model": SubmitResponse, "description": "accepted and projected (wait)"},
+        **documented(
+            Unauthorized, NotFound, Conflict, TooLarge, InvalidInput, Unavailable, WaitTimedOut
+        ),
+    },
 )
 async def submit_jobs(
     *,
@@ -69,9 +88,9 @@ async def submit_jobs(
     ctx: Context,
     user: User,
     wait: bool = False,
-    wait_timeout: Annotated[float | None, Query(gt=0)] = None,
+    wait_timeout: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
 ) -> SubmitResponse:
-    """Append one ``job.created`` per job, or nothing when any job is invalid."""
+    """Append one ``job.created`` per job, or nothing when any job is invalid or too large."""
     budget = waiting.wait_budget(wait_timeout, ctx.settings.api.wait_timeout_s)
     submission = parse_submission(await request.body(), ctx.settings.api.max_jobs_per_request)
     ids = submit.job_ids(submission, user)
@@ -85,6 +104,7 @@ async def submit_jobs(
         )
     submit.check(submission, ids, catalog)
     plan = submit.build_events(submission, ids, catalog, user=user, now=now())
+    _ensure_fit(plan.to_append, ids, ctx.nc.max_payload)
     outcomes = iter(await appends.append_created(ctx.log, ctx.js, plan.to_append))
     results: list[Accepted | Refused] = [
         Accepted(ids[i], plan.already[i].created_seq, True) if i in plan.already else next(outcomes)
@@ -97,6 +117,23 @@ async def submit_jobs(
         )
         response.status_code = 201
     return accepted
+
+
+def _ensure_fit(events: Sequence[JobCreated], ids: Sequence[uuid.UUID], limit: int) -> None:
+    """Raise TooLarge naming the jobs that are over the log's message size limit."""
+    too_big = appends.oversized(events, 0, limit)
+    if not too_big:
+        return
+    index = {job_id: i for i, job_id in enumerate(ids)}
+    jobs = [{"index": index[events[p].aggregate_id], "size": size} for p, size in too_big]
+    first = jobs[0]
+    more = f" (and {len(jobs) - 1} more)" if len(jobs) > 1 else ""
+    raise TooLarge(
+        f"jobs[{first['index']}] would be a {first['size']}-byte event{more}; the event log "
+        f"accepts at most {limit} bytes per event (NATS max_payload): keep large inputs in "
+        "files and pass their paths; nothing was appended",
+        {"limit": limit, "jobs": jobs[:MAX_DETAILS]},
+    )
 
 
 def _accepted_or_raise(results: list[Accepted | Refused], keyed: bool) -> SubmitResponse:
@@ -127,31 +164,33 @@ def _accepted_or_raise(results: list[Accepted | Refused], keyed: bool) -> Submit
     raise Unavailable(message, details)
 
 
-@router.get("/jobs", response_model=JobPage)
+@router.get(
+    "/jobs", response_model=JobPage, responses=documented(Unauthorized, InvalidInput, Unavailable)
+)
 async def list_jobs(
     *,
     user: User,
     db: Db,
     ctx: Context,
-    site: str | None = None,
-    app: str | None = None,
-    state: Annotated[list[str] | None, Query()] = None,
-    tag: Annotated[list[str] | None, Query(description=TAG_HELP)] = None,
+    site: Annotated[str | None, Query(pattern=SITE_SLUG_PATTERN)] = None,
+    app: Annotated[str | None, Query(pattern=APP_NAME_PATTERN)] = None,
+    state: Annotated[list[JobState] | None, Query()] = None,
+    tag: Annotated[list[TagFilter] | None, Query(description=TAG_HELP)] = None,
     parent_id: uuid.UUID | None = None,
     created_after: Annotated[AwareDatetime | None, Query()] = None,
     created_before: Annotated[AwareDatetime | None, Query()] = None,
     updated_after: Annotated[AwareDatetime | None, Query()] = None,
     updated_before: Annotated[AwareDatetime | None, Query()] = None,
     order_by: queries.OrderBy = "-created",
-    limit: Annotated[int, Query(ge=1)] = 100,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = 100,
+    offset: Annotated[int, Query(ge=0, le=SEQ_MAX)] = 0,
 ) -> JobPage:
     if limit > ctx.settings.api.max_page_size:
         raise InvalidInput(f"limit must be at most {ctx.settings.api.max_page_size}, got {limit}")
     filters = queries.JobFilter(
         site=site,
         app=app,
-        states=tuple(state or ()),
+        states=tuple(s.value for s in state or ()),
         tags=parse_tags(tag or []),
         parent_id=parent_id,
         created_after=created_after,
@@ -180,7 +219,11 @@ def parse_tags(raw: list[str]) -> dict[str, str]:
     return tags
 
 
-@router.get("/jobs/{job_id}", response_model=JobOut)
+@router.get(
+    "/jobs/{job_id}",
+    response_model=JobOut,
+    responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+)
 async def get_job(job_id: uuid.UUID, user: User, db: Db) -> JobOut:
     row = await queries.get_job(db, user, job_id)
     if row is None:
@@ -188,7 +231,11 @@ async def get_job(job_id: uuid.UUID, user: User, db: Db) -> JobOut:
     return JobOut.from_row(row)
 
 
-@router.get("/jobs/{job_id}/events", response_model=list[JobEventOut])
+@router.get(
+    "/jobs/{job_id}/events",
+    response_model=list[JobEventOut],
+    responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+)
 async def get_job_events(job_id: uuid.UUID, user: User, db: Db) -> list[JobEventOut]:
     if await queries.get_job(db, user, job_id) is None:
         raise NotFound(f"job {job_id} not found")

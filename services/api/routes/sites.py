@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from lodestream.eventlog import ConflictError
 from schemas.envelope import Event
@@ -17,22 +17,39 @@ from schemas.events.site import (
     SiteRemovedData,
 )
 from schemas.ids import derived_id
-from services.api import queries, waiting
+from schemas.subjects import SITE_SLUG_PATTERN
+from services.api import appends, queries, waiting
 from services.api.deps import Context, Db, User
-from services.api.errors import Conflict, NotFound
+from services.api.errors import (
+    Conflict,
+    InvalidInput,
+    NotFound,
+    TooLarge,
+    Unauthorized,
+    Unavailable,
+    WaitTimedOut,
+    documented,
+)
 from services.api.models import SiteCreate, SiteCreated, SiteKey, SiteOut
 from services.api.submit import actor
 
 router = APIRouter(tags=["sites"])
 
+OwnSite = Annotated[str, Path(pattern=SITE_SLUG_PATTERN, description="one of the caller's sites")]
 
-@router.post("/sites", status_code=201, response_model=SiteCreated)
+
+@router.post(
+    "/sites",
+    status_code=201,
+    response_model=SiteCreated,
+    responses=documented(Unauthorized, Conflict, TooLarge, InvalidInput, Unavailable, WaitTimedOut),
+)
 async def register_site(
     body: SiteCreate,
     ctx: Context,
     user: User,
     wait: bool = False,
-    wait_timeout: Annotated[float | None, Query(gt=0)] = None,
+    wait_timeout: Annotated[float | None, Query(gt=0, allow_inf_nan=False)] = None,
 ) -> SiteCreated:
     """Claim a site name for the caller; names are first come, first served, forever."""
     budget = waiting.wait_budget(wait_timeout, ctx.settings.api.wait_timeout_s)
@@ -44,6 +61,7 @@ async def register_site(
             name=body.name, owner=user, description=body.description, public_key=body.public_key
         ),
     )
+    appends.ensure_fits(event, 0, ctx.nc.max_payload)
     try:
         appended = await ctx.log.append(event, expect=0)
     except ConflictError as exc:
@@ -60,40 +78,61 @@ async def register_site(
     return created
 
 
-@router.get("/sites", response_model=list[SiteOut])
+@router.get(
+    "/sites",
+    response_model=list[SiteOut],
+    responses=documented(Unauthorized, InvalidInput, Unavailable),
+)
 async def list_sites(user: User, db: Db, include_removed: bool = False) -> list[SiteOut]:
     rows = await queries.list_sites(db, user, include_removed=include_removed)
     return [SiteOut.from_row(r) for r in rows]
 
 
-@router.put("/sites/{name}/key", response_model=SiteCreated)
-async def bind_site_key(name: str, body: SiteKey, ctx: Context, user: User) -> SiteCreated:
+_SITE_CHANGE_ERRORS = documented(
+    Unauthorized, NotFound, Conflict, TooLarge, InvalidInput, Unavailable
+)
+
+
+@router.put("/sites/{name}/key", response_model=SiteCreated, responses=_SITE_CHANGE_ERRORS)
+async def bind_site_key(name: OwnSite, body: SiteKey, ctx: Context, user: User) -> SiteCreated:
     """Bind or rotate the nkey a site authenticates with; the old key stops working."""
+    last_seq = await _own_site_seq(ctx, user, name)
     event = SiteKeyBound.create(
-        site=await _own_site(ctx, user, name), aggregate_id=derived_id("site", name),
+        site=name, aggregate_id=derived_id("site", name),
         actor=actor(user), data=SiteKeyData(public_key=body.public_key),
     )  # fmt: skip
-    return await _append(ctx, name, event)
+    return await _append(ctx, name, event, last_seq)
 
 
-@router.delete("/sites/{name}", response_model=SiteCreated)
-async def remove_site(name: str, ctx: Context, user: User) -> SiteCreated:
+@router.delete("/sites/{name}", response_model=SiteCreated, responses=_SITE_CHANGE_ERRORS)
+async def remove_site(name: OwnSite, ctx: Context, user: User) -> SiteCreated:
     """Remove a site: its credential is revoked and its pilots are cut off."""
+    last_seq = await _own_site_seq(ctx, user, name)
     event = SiteRemoved.create(
-        site=await _own_site(ctx, user, name), aggregate_id=derived_id("site", name),
+        site=name, aggregate_id=derived_id("site", name),
         actor=actor(user), data=SiteRemovedData(reason=f"removed by {user}"),
     )  # fmt: skip
-    return await _append(ctx, name, event)
+    return await _append(ctx, name, event, last_seq)
 
 
-async def _own_site(ctx: Context, user: str, name: str) -> str:
+async def _own_site_seq(ctx: Context, user: str, name: str) -> int:
+    """The stream sequence of the last event of ``name``, one of the caller's live sites."""
     async with ctx.engine.connect() as conn:
-        live = {row["name"] for row in await queries.list_sites(conn, user, include_removed=False)}
-    if name not in live:
-        raise NotFound(f"site {name!r} not found")
-    return name
+        rows = await queries.list_sites(conn, user, include_removed=False)
+    for row in rows:
+        if row["name"] == name:
+            return int(row["last_seq"])
+    raise NotFound(f"site {name!r} not found")
 
 
-async def _append(ctx: Context, name: str, event: Event) -> SiteCreated:
-    appended = await ctx.log.append(event, expect=None)
+async def _append(ctx: Context, name: str, event: Event, expect: int) -> SiteCreated:
+    appends.ensure_fits(event, expect, ctx.nc.max_payload)
+    try:
+        appended = await ctx.log.append(event, expect=expect)
+    except ConflictError as exc:
+        # The site changed after the read model we judged by (a removal not yet projected,
+        # say): appending anyway could change a site that is already gone.
+        raise Conflict(
+            f"site {name!r} changed meanwhile (the change may not be visible yet); retry"
+        ) from exc
     return SiteCreated(name=name, seq=appended.seq)
