@@ -95,6 +95,19 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
     )
 
 
+def check_creation(event: JobCreated, owner: str | None) -> None:
+    """Raise IllegalTransition unless ``event`` may create a job at a site owned by ``owner``.
+
+    ``owner`` is the owner of the event's site as the consumer knows it (None: no such live
+    site). The projector and the controller both call this, so no job runs that the read
+    model refused to create.
+    """
+    if owner is None:
+        raise IllegalTransition(f"job.created for unregistered site {event.site!r}")
+    if event.actor != f"user:{owner}":
+        raise IllegalTransition(f"job.created by {event.actor}, not site owner {owner}")
+
+
 def fold(events: Iterable[tuple[int, Event]]) -> JobView | None:
     """Fold ``(sequence, event)`` pairs of one job, oldest first."""
     view: JobView | None = None

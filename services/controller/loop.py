@@ -33,6 +33,7 @@ from schemas.events import (
     SiteRegistered,
     SiteRemoved,
 )
+from schemas.fold import IllegalTransition, check_creation
 from schemas.resources import App, JobSpec
 from schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
 from schemas.trust import (
@@ -113,6 +114,9 @@ class Controller:
         self._durable = durable
         self._batch = batch
         self._apps: dict[tuple[str, str], App] = {}
+        # Live sites and their owners, as the projector folds them (same events, same order):
+        # a job.created the projector would refuse is not acted on here either.
+        self._owners: dict[str, str] = {}
         self._specs: OrderedDict[JobKey, JobSpec] = OrderedDict()
         # Jobs that a job not yet released waits on. Only their end needs the read model (to
         # find the children); every other job's end is decided without waiting for the projector.
@@ -129,7 +133,8 @@ class Controller:
         await self._reads.wait_for(int(info.state.last_seq), timeout_s=STARTUP_WAIT_S)
         self._awaited = await self._reads.awaited_parents()
         self._apps = await self._reads.apps()
-        for site in await self._reads.live_sites():
+        self._owners = await self._reads.live_sites()
+        for site in self._owners:
             await ensure_site_consumers(self._js, site)
         await ensure_durable(self._js, EVENTS_STREAM, self._durable, EVENT_FILTERS)
         await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
@@ -253,6 +258,12 @@ class Controller:
             return []
         match event:
             case JobCreated(data=created):
+                try:
+                    check_creation(event, self._owners.get(event.site))
+                except IllegalTransition as exc:
+                    self.refused += 1
+                    log.warning("controller: not creating job %s: %s", event.aggregate_id, exc)
+                    return []
                 self._remember(_key(event), created)
                 parents = await self._reads.states(list(created.parent_ids))
                 return decide.on_created_or_waiting(
@@ -296,9 +307,11 @@ class Controller:
                 self._apps[(app.site, app.name)] = app
             case AppRemoved(data=data):
                 self._apps.pop((event.site, data.name), None)
-            case SiteRegistered():
+            case SiteRegistered(data=registered):
+                self._owners.setdefault(event.site, registered.owner)
                 await ensure_site_consumers(self._js, event.site)
             case SiteRemoved():
+                self._owners.pop(event.site, None)
                 await remove_site_consumers(self._js, event.site)
 
     def _app(self, spec: JobSpec) -> App | None:

@@ -122,10 +122,11 @@ class ReadModel:
         )
         return {row[0] for row in await cursor.fetchall()}
 
-    async def live_sites(self) -> list[str]:
+    async def live_sites(self) -> dict[str, str]:
+        """The live sites and their owners."""
         conn = await self._c()
-        cursor = await conn.execute("SELECT name FROM rm.sites WHERE removed_at IS NULL")
-        return [str(r[0]) for r in await cursor.fetchall()]
+        cursor = await conn.execute("SELECT name, owner FROM rm.sites WHERE removed_at IS NULL")
+        return {str(r[0]): str(r[1]) for r in await cursor.fetchall()}
 
     async def apps(self) -> dict[tuple[str, str], App]:
         conn = await self._c()

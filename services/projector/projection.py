@@ -39,7 +39,7 @@ from schemas.events import (
     TransferSubmitted,
 )
 from schemas.events.job import FinishedData, RunResultData
-from schemas.fold import IllegalTransition, apply
+from schemas.fold import IllegalTransition, apply, check_creation
 from schemas.ids import derived_id
 from services.projector.messages import (
     Decoded,
@@ -136,10 +136,8 @@ class Projection:
             if current is not None:
                 raise IllegalTransition(f"job {job_id} already exists")
             owner = self.known.site_owners.get(event.site)
-            if owner is None:
-                raise IllegalTransition(f"job.created for unregistered site {event.site!r}")
-            if event.actor != f"user:{owner}":
-                raise IllegalTransition(f"job.created by {event.actor}, not site owner {owner}")
+            check_creation(event, owner)
+            assert owner is not None  # checked above
             view = apply(None, event, seq)
             record = JobRecord(event, seq, owner, JobProgress(view))
             self.known.jobs[job_id] = record

@@ -200,6 +200,7 @@ async def test_a_child_created_in_the_batch_where_its_parent_ends_is_decided(
     async with running_projector(js, database_url):
         await wait_for_position(database_url, seqs[-1])
         controller = Controller(js, database_url)  # not started: it knows no awaited parent
+        controller._owners = {SITE: OWNER}  # ...but, as after any start, the live sites
         batch = [delivered(await js.get_msg(EVENTS_STREAM, seq)) for seq in seqs]
         await controller._on_events(batch)
         await until_state(database_url, child.aggregate_id, "FAILED")
@@ -275,3 +276,25 @@ async def test_dead_session_is_fenced_and_a_restart_re_emits_nothing(
     assert await history(database_url, created.aggregate_id) == [
         "job.created", "job.preprocessed", "job.started", "job.run_timed_out",
     ]  # fmt: skip
+
+
+async def test_a_job_the_projector_refuses_to_create_is_not_acted_on(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """A job.created for a site nobody registered, or signed by someone else than the site's
+    owner, is quarantined by the projector; the controller must not preprocess it either
+    (it would then run although the read model never shows it)."""
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    unregistered = job_created("gamma", OWNER)
+    not_owner = job_created(SITE, "mallory")
+    fine = job_created(SITE, OWNER)
+    for event in (unregistered, not_owner, fine):
+        await log.append(event, expect=0)
+    async with running_projector(js, database_url), running_controller(js, database_url) as c:
+        await until_state(database_url, fine.aggregate_id, "PREPROCESSED")
+        assert c.refused == 2
+    for refused in (unregistered, not_owner):
+        # Only job.created is there: anything newer would be the controller's next step.
+        last = await js.get_last_msg(EVENTS_STREAM, refused.aggregate_subjects)
+        assert last.subject == refused.subject
