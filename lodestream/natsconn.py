@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import ssl
+import time
 from typing import Any
 
-import nats
 from nats.aio.client import Client
 
 from lodestream.settings import NatsSettings
 
 log = logging.getLogger(__name__)
+ERROR_LOG_INTERVAL_S = 60.0
 
 
 def client_tls(ca_file: str | None) -> ssl.SSLContext | None:
@@ -25,8 +27,16 @@ def client_tls(ca_file: str | None) -> ssl.SSLContext | None:
 async def connect(settings: NatsSettings, **overrides: Any) -> Client:
     """Connect with endless reconnects: a service outlives any NATS outage."""
 
+    last: dict[str, float] = {}
+
     async def on_error(exc: Exception) -> None:
-        log.warning("nats: %s", exc)
+        # During an outage every reconnect attempt fails the same way, twice a second per
+        # client: say it once a minute.
+        what = f"{type(exc).__name__}: {exc}"
+        now = time.monotonic()
+        if now - last.get(what, -ERROR_LOG_INTERVAL_S) >= ERROR_LOG_INTERVAL_S:
+            last[what] = now
+            log.warning("nats: %s", what)
 
     options: dict[str, Any] = {
         "servers": [settings.url],
@@ -45,5 +55,13 @@ async def connect(settings: NatsSettings, **overrides: Any) -> Client:
     if tls is not None:
         options["tls"] = tls
     options.update(overrides)
-    client: Client = await nats.connect(**options)
+    client = Client()
+    try:
+        await client.connect(**options)
+    except BaseException:
+        # A first connect that fails leaves nats-py's transport (an aiohttp session for
+        # wss) open; a caller that retries would leak one per try.
+        with contextlib.suppress(Exception):
+            await client.close()
+        raise
     return client

@@ -10,9 +10,18 @@ is reported as ``job.finished`` standing for ``job.run_done`` too, with the
 run's result in it: one event fewer per job on the common path.
 The result chains on s1; if that append conflicts, the controller expired
 the lease in between (the pilot was paused or cut off) — the pilot was
-fenced, and its task is killed at once. A pilot that finds its heartbeat
-lapsed (``session.lost``) kills everything it runs: its jobs belong to
-someone else now.
+fenced, and its task is killed at once.
+
+A NATS outage is not a verdict. Tasks keep running while the client
+reconnects; appends that got no answer are retried with the same event id
+until they land or are refused; the pilot leases nothing while its heartbeat
+is unacknowledged for longer than the TTL. Only when the controller has
+expired the session (``session.lost``) does the pilot kill everything it runs:
+its jobs belong to someone else now.
+
+Every delivery is checked with the shared rule before the pilot acts on it
+(:func:`agents.launcher.work.work_item`); what fails it is terminated, logged
+and counted, and the pilot keys what it holds by (site, job id).
 """
 
 from __future__ import annotations
@@ -22,46 +31,39 @@ import contextlib
 import logging
 import socket
 import time
+import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nats.errors import ConnectionClosedError, NoRespondersError
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
 
+from agents.launcher.appends import append_patiently, transient
+from agents.launcher.jobs import exit_result, placement_of, start_failure, task_spec
+from agents.launcher.report import LauncherReport
 from agents.launcher.session import LauncherSession
 from agents.launcher.tasks import Reaper, Tracked
-from agents.launcher.work import NotWork, WorkItem, work_item
-from agents.site.apps import ApplicationDefinition, JobContext, to_app_model
-from agents.site.apps.pyrun import parse_result
-from agents.site.apps.render import PYRUN_RESULT, render_job
+from agents.launcher.watch import JobWatch
+from agents.launcher.work import JobKey, NotWork, WorkItem, settle, work_item
+from agents.site.apps import ApplicationDefinition, to_app_model
+from agents.site.retry import retry_until, stopped_within
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import pull_consumer
 from platform_adapters.compute.base import NodeSpec
-from platform_adapters.launchers.base import AppLauncher, TaskSpec
+from platform_adapters.errors import ResourceError
+from platform_adapters.launchers.base import AppLauncher
 from platform_adapters.packing import Allocation, JobRequest, NodePacker
 from schemas.envelope import Event, EventData
-from schemas.events import JobFinished, JobRunDone, JobRunErrored, JobRunTimedOut, JobStarted
-from schemas.events.job import FinishedData, Placement, RunResultData, StartedData
+from schemas.events import JobRunErrored, JobRunTimedOut, JobStarted
+from schemas.events.job import RunResultData, StartedData
 from schemas.resources import NodeInfo
-from schemas.states import FINISHED_AT_RUN_END
+
+__all__ = ["Launcher", "LauncherReport"]
 
 log = logging.getLogger(__name__)
 NAK_DELAY_S = 0.5
-
-
-@dataclass(slots=True)
-class LauncherReport:
-    started: int = 0
-    finished: int = 0
-    errored: int = 0
-    lost_races: int = 0
-    fenced: int = 0
-    timed_out: int = 0
-    killed: int = 0
-    exit_reason: str = ""
+LAPSED_POLL_S = 0.25
 
 
 class Launcher:
@@ -97,19 +99,24 @@ class Launcher:
         self._base_env = dict(base_env or {})  # tasks inherit only what the entry point passes
         self._reaper = Reaper()
         self._jobs: set[asyncio.Task[None]] = set()
-        # job id -> last sequence of our CAS chain; present only while we may still report
-        self._chains: dict[str, int] = {}
-        self._items: dict[str, WorkItem] = {}
+        # What we hold, from the offer until the task is reported: one entry per job.
+        self._held: dict[JobKey, WorkItem] = {}
+        # The last sequence of our CAS chain; present only while we may still report.
+        self._chains: dict[JobKey, int] = {}
         self._freed = asyncio.Event()
         self._draining = False
+        self._drain_until = 0.0
         self.report = LauncherReport()
+        self._watch = JobWatch(js, site, chains=self._chains, stop_task=self._stop_task,
+                               report=self.report)  # fmt: skip
 
     # --- lifecycle ------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> LauncherReport:
-        nodes = [NodeInfo(hostname=n.hostname, cores=max(len(n.cpu_ids), 1), gpus=len(n.gpu_ids))
-                 for n in self._nodes]  # fmt: skip
-        await self.session.open(socket.gethostname(), "serial", nodes)
+        unopened = await self._open(stop)
+        if unopened is not None:
+            self.report.exit_reason = unopened
+            return self.report
         reaper_stop = asyncio.Event()
         beat_stop = asyncio.Event()
         background = [
@@ -118,24 +125,56 @@ class Launcher:
         ]
         kills = None
         if self._nc is not None:
-            kills = await self._nc.subscribe(f"evt.{self._site}.job.*.killed", cb=self._on_killed)
+            kills = await self._nc.subscribe(
+                f"evt.{self._site}.job.*.killed", cb=self._watch.on_killed
+            )
         try:
             self.report.exit_reason = await self._lease_loop(stop)
         finally:
             if self.session.lost:
-                self._kill_all("session lost: heartbeat lapsed")
+                self._kill_all("session lost: the controller expired it")
             else:
                 await self._drain(self.report.exit_reason)
             if self._jobs:
                 await asyncio.gather(*self._jobs, return_exceptions=True)
             if kills is not None:
-                await kills.unsubscribe()
+                with contextlib.suppress(nats.errors.Error):
+                    await kills.unsubscribe()
             reaper_stop.set()
             beat_stop.set()
-            await asyncio.gather(*background, return_exceptions=True)
+            await asyncio.gather(*background, self._watch.settled(), return_exceptions=True)
             if not self.session.lost:
                 await self.session.close(self.report.exit_reason)
         return self.report
+
+    async def _open(self, stop: asyncio.Event) -> str | None:
+        """Open the session, retrying (logged, with backoff); else why it was not opened."""
+        nodes = [NodeInfo(hostname=n.hostname, cores=max(len(n.cpu_ids), 1), gpus=len(n.gpu_ids))
+                 for n in self._nodes]  # fmt: skip
+
+        async def attempt() -> bool:
+            await self.session.open(socket.gethostname(), "serial", nodes)
+            return True
+
+        try:
+            opened = await retry_until(
+                f"session {self.session.id}: open",
+                attempt,
+                retryable=_operational,
+                stop=stop,
+                deadline=self.session.deadline,
+            )
+        except ConflictError:  # a fresh random id already in use: nothing to retry
+            log.exception("launcher: cannot open session %s", self.session.id)
+            return "session refused"
+        if opened is None:
+            return "stopped" if stop.is_set() else "wall time reached"
+        return None
+
+    def reconnected(self) -> None:
+        """NATS is back: beat at once, and learn what we missed while we could not hear."""
+        self.session.wake()
+        self._watch.reconnected()
 
     async def _lease_loop(self, stop: asyncio.Event) -> str:
         sub = await pull_consumer(self._js, "EVENTS", f"launch-{self._site}")
@@ -150,25 +189,36 @@ class Launcher:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > self._idle_ttl_s:
                     return "idle"
+                if self.session.lapsed:
+                    # Unacknowledged heartbeats for a TTL: lease nothing until we know whether
+                    # the controller expired us. Running tasks go on meanwhile.
+                    await stopped_within(stop, LAPSED_POLL_S)
+                    continue
                 if self._packer.idle_node_count == 0 and not self._has_free_cpu():
                     self._freed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._freed.wait(), 0.5)
                     continue
-                try:
-                    msgs = await sub.fetch(self._fetch_size(), timeout=0.25)
-                except TimeoutError:  # nats-py raises its subclass or asyncio.TimeoutError
-                    continue
-                except (ConnectionClosedError, NoRespondersError, APIError) as exc:
-                    log.warning("launcher: fetch failed (%s); retrying", exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                for msg in msgs:
-                    await self._offer(msg)
+                await self._fetch_and_offer(sub)
             return "stopped"
         finally:
-            with contextlib.suppress(ConnectionClosedError):
+            with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
+
+    async def _fetch_and_offer(self, sub: Any) -> None:
+        try:
+            msgs = await sub.fetch(self._fetch_size(), timeout=0.25)
+        except TimeoutError:  # nats-py raises its subclass or asyncio.TimeoutError
+            return
+        except nats.errors.Error as exc:  # reconnecting, closed, no responders, API errors
+            log.warning("launcher: fetch failed (%s); retrying", exc or type(exc).__name__)
+            await asyncio.sleep(0.5)
+            return
+        for msg in msgs:
+            try:
+                await self._offer(msg)
+            except Exception:  # no message stops the pilot; unsettled, it is redelivered
+                log.exception("launcher: delivery on %s not handled", msg.subject)
 
     def _fetch_size(self) -> int:
         # Every job offered holds its allocation from the lease on, not only once it runs:
@@ -183,76 +233,111 @@ class Launcher:
         free = sum(n.idle_cpu_count for n in self._packer.nodes)
         return len(self._reaper), len(self._jobs), free
 
-    # --- one job --------------------------------------------------------------------------
+    # --- deliveries -----------------------------------------------------------------------
 
     async def _offer(self, msg: Any) -> None:
         try:
-            item = work_item(msg)
-        except NotWork as exc:
-            log.warning("launcher: dropping delivery: %s", exc)
-            await msg.ack()
+            item = work_item(msg, self._site)
+            request = JobRequest.from_resources(str(item.job_id), item.spec)
+        except (NotWork, ResourceError) as exc:
+            await self._skip(msg, str(exc))
             return
-        request = JobRequest.from_resources(str(item.job_id), item.spec)
+        held = self._held.get(item.key)
+        if held is not None:
+            await self._redelivered(item, held)
+            return
         never = self._packer.can_ever_fit(request)
         wall = item.spec.wall_time_min
         if never is not None or (wall and wall > self.session.remaining_min()):
             # Another pilot (bigger, or with more time left) may take it.
-            await msg.nak(delay=NAK_DELAY_S)
+            await settle(msg.nak(delay=NAK_DELAY_S))
             return
         allocation = self._packer.allocate(request)
         if allocation is None:
-            await msg.nak(delay=NAK_DELAY_S)
+            await settle(msg.nak(delay=NAK_DELAY_S))
             return
+        self._held[item.key] = item
         job = asyncio.create_task(self._run_job(item, allocation))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
 
+    async def _skip(self, msg: Any, why: str) -> None:
+        """Not work (refused by the shared rule, or nothing to run): never redeliver it."""
+        self.report.skipped += 1
+        log.warning("launcher: skipped delivery on %s: %s", msg.subject, why)
+        await settle(msg.term())
+
+    async def _redelivered(self, item: WorkItem, held: WorkItem) -> None:
+        """A second runnable delivery of a job we hold: never a second allocation."""
+        self.report.duplicates += 1
+        if item.seq == held.seq:
+            # The very message we are leasing from (its ack wait ran out): that lease settles it.
+            log.info("launcher: job %s redelivered while being leased", item.job_id)
+        elif item.seq < held.seq:
+            log.info("launcher: job %s: stale delivery (seq %d, holding seq %d) skipped",
+                     item.job_id, item.seq, held.seq)  # fmt: skip
+            await settle(item.msg.ack())
+        else:
+            # A newer runnable event (the job was killed and reset, or our lease expired): what
+            # we hold is stale and its lease or result will be refused. Take this one once the
+            # job is off our hands.
+            log.info("launcher: job %s runnable again at seq %d while held from seq %d; "
+                     "retried once released", item.job_id, item.seq, held.seq)  # fmt: skip
+            await settle(item.msg.nak(delay=NAK_DELAY_S))
+
+    # --- one job --------------------------------------------------------------------------
+
     async def _run_job(self, item: WorkItem, allocation: Allocation) -> None:
-        job_id = str(item.job_id)
-        self._items[job_id] = item
         try:
-            started = await self._lease(item, allocation)
-            if started is None:
-                return
-            tracked = await self._start(item, allocation)
-            if isinstance(tracked, str):
-                data = RunResultData(stderr_tail=tracked[-4000:], cause=("task could not start",),
-                                     work=item.spec, attempt=item.attempt)  # fmt: skip
-                if await self._report(item, JobRunErrored, data):
-                    self.report.errored += 1
-                return
-            if self.session.lost or self._draining:
-                await self._stop_late_start(item, tracked)
-                return
-            code = await tracked.done
-            await self._report_exit(item, tracked, code)
+            if await self._lease(item, allocation):
+                await self._run_leased(item, allocation)
+        except Exception:  # one job's surprise must not leak its allocation or stop the pilot
+            log.exception("launcher: job %s failed unexpectedly", item.job_id)
         finally:
-            self._chains.pop(job_id, None)
-            self._items.pop(job_id, None)
-            self._packer.release(job_id)
+            self._chains.pop(item.key, None)
+            self._held.pop(item.key, None)
+            self._packer.release(str(item.job_id))
             self._freed.set()
 
-    async def _lease(self, item: WorkItem, allocation: Allocation) -> int | None:
-        placement = tuple(
-            Placement(hostname=p.hostname, cores=tuple(int(c) for c in p.cpu_ids),
-                      gpus=tuple(int(g) for g in p.gpu_ids if str(g).isdigit()))
-            for p in allocation.placements
-        )  # fmt: skip
+    async def _run_leased(self, item: WorkItem, allocation: Allocation) -> None:
+        tracked = await self._start(item, allocation)
+        if isinstance(tracked, str):
+            kind, data = start_failure(item, tracked)
+        elif self.session.lost or self._draining:
+            await self._stop_late_start(item, tracked)
+            return
+        else:
+            code = await tracked.done
+            app = self._app_models.get(item.spec.app)
+            kind, data = exit_result(item, tracked, code, app, self._data_dir)
+        if await self._report(item, kind, data):
+            if kind is JobRunErrored:
+                self.report.errored += 1
+            else:
+                self.report.finished += 1
+
+    async def _lease(self, item: WorkItem, allocation: Allocation) -> bool:
         started = JobStarted.create(
             site=self._site, aggregate_id=item.job_id, actor=self.session.actor,
             data=StartedData(session_id=self.session.id, skipped=("job.leased",),
-                             placement=placement, attempt=item.attempt),
+                             placement=placement_of(allocation), attempt=item.attempt),
         )  # fmt: skip
         try:
-            seq = (await self._log.append(started, expect=item.seq)).seq
+            seq = await self._append(started, item.seq)
         except ConflictError:
             self.report.lost_races += 1  # another pilot, or the job moved on (killed, …)
-            await item.msg.ack()
-            return None
-        await item.msg.ack()
-        self._chains[str(item.job_id)] = seq
+            await settle(item.msg.ack())
+            return False
+        except Exception:
+            log.exception("launcher: could not lease job %s", item.job_id)
+            seq = None
+        if seq is None:  # another pilot may take it; if ours had landed, CAS refuses theirs
+            await settle(item.msg.nak(delay=NAK_DELAY_S))
+            return False
+        await settle(item.msg.ack())
+        self._chains[item.key] = seq
         self.report.started += 1
-        return seq
+        return True
 
     async def _start(self, item: WorkItem, allocation: Allocation) -> Tracked | str:
         """Start the task; on failure return the reason (it becomes the job's error).
@@ -260,7 +345,8 @@ class Launcher:
         fork/exec of the job's shell takes milliseconds; it runs in a worker thread so
         that spawns overlap and the event loop keeps leasing and reporting meanwhile.
         """
-        spec = self._task_spec(item, allocation)
+        spec = task_spec(item, allocation, self._apps.get(item.spec.app),
+                         data_dir=self._data_dir, base_env=self._base_env)  # fmt: skip
         if isinstance(spec, str):
             return spec
         try:
@@ -269,97 +355,51 @@ class Launcher:
             return f"{type(exc).__name__}: {exc}"
         return self._reaper.track(task)
 
-    def _task_spec(self, item: WorkItem, allocation: Allocation) -> TaskSpec | str:
-        job_id = str(item.job_id)
-        workdir = self._data_dir / item.spec.workdir
-        app = self._apps.get(item.spec.app)
-        if app is None:
-            return f"app {item.spec.app!r} is not defined at site {self._site}"
-        try:
-            workdir.mkdir(parents=True, exist_ok=True)
-            context = JobContext.from_spec(item.job_id, item.spec, self._data_dir,
-                                           attempt=item.attempt)  # fmt: skip
-            rendered = render_job(app, context)
-            direct = rendered.direct
-            return TaskSpec(
-                job_id=job_id, script=rendered.script, workdir=workdir,
-                env=self._base_env, argv=direct.argv if direct else None,
-                argv_env=direct.env if direct else {},
-                allocation=allocation, stdout_path=workdir / "job.out",
-                stderr_path=workdir / "job.err", ranks_per_node=item.spec.ranks_per_node,
-                threads_per_rank=item.spec.threads_per_rank,
-                threads_per_core=item.spec.threads_per_core,
-                gpus_per_rank=item.spec.gpus_per_rank, launch_params=item.spec.launch_params,
-            )  # fmt: skip
-        except Exception as exc:
-            return f"{type(exc).__name__}: {exc}"
-
-    async def _report_exit(self, item: WorkItem, tracked: Tracked, code: int) -> None:
-        runtime = time.monotonic() - tracked.started
-        workdir = self._data_dir / item.spec.workdir
-        result: Any = None
-        tail = "" if code == 0 else tracked.task.stderr_tail()
-        pyrun = workdir / PYRUN_RESULT
-        if pyrun.exists():
-            outcome = parse_result(pyrun.read_text())
-            result = outcome.result if outcome.ok else None
-            if not outcome.ok:
-                tail = (outcome.traceback or outcome.error or tail)[-4000:]
-        fields: dict[str, Any] = {"return_code": code, "stderr_tail": tail[-4000:],
-                                  "runtime_s": runtime, "result": result,
-                                  "attempt": item.attempt}  # fmt: skip
-        app = self._app_models.get(item.spec.app)
-        kind: type[Event]
-        data: EventData
-        if code == 0 and app is not None and app.steps(item.spec).nothing_after_run:
-            # Nothing happens between RUN_DONE and JOB_FINISHED: one event instead of the
-            # run_done the controller would answer with job.finished (ARCHITECTURE.md §4).
-            kind = JobFinished
-            data = FinishedData(skipped=FINISHED_AT_RUN_END, work=item.spec, attempt=item.attempt,
-                                run=RunResultData(**fields))  # fmt: skip
-        else:
-            kind = JobRunDone if code == 0 else JobRunErrored
-            data = RunResultData(**fields, work=item.spec)
-        if await self._report(item, kind, data):
-            if code == 0:
-                self.report.finished += 1
-            else:
-                self.report.errored += 1
-
     async def _report(self, item: WorkItem, kind: type[Event], data: EventData) -> bool:
         """Append the job's run result on our chain; each job gets at most one result."""
-        job_id = str(item.job_id)
-        expect = self._chains.pop(job_id, None)
+        expect = self._chains.pop(item.key, None)
         if expect is None:
             return False  # already reported (drained) or killed as fenced
         event = kind.create(site=self._site, aggregate_id=item.job_id, actor=self.session.actor,
                             data=data)  # fmt: skip
         try:
-            await self._log.append(event, expect=expect)
+            seq = await self._append(event, expect)
         except ConflictError:
             self.report.fenced += 1
-            log.warning("launcher: fenced on job %s (lease expired); result dropped", job_id)
+            log.warning("launcher: fenced on job %s (lease expired); result dropped", item.job_id)
+            self.session.suspect()  # was it the whole session? the next beat asks
             return False
-        except EventLogError:
-            log.exception("launcher: could not report job %s", job_id)
+        except Exception:
+            log.exception("launcher: could not report job %s", item.job_id)
+            return False
+        if seq is None:
+            log.error("launcher: result of job %s never acknowledged; its lease will expire",
+                      item.job_id)  # fmt: skip
             return False
         return True
 
-    async def _on_killed(self, msg: Any) -> None:
-        """A user killed one of our running jobs: stop the task; the kill is its final word."""
-        job_id = msg.subject.split(".")[3]
-        for tracked in self._reaper.running():
-            if tracked.task.job_id == job_id:
-                self._chains.pop(job_id, None)
-                tracked.task.terminate(grace_s=2.0)
-                self.report.killed += 1
+    async def _append(self, event: Event, expect: int) -> int | None:
+        until = self._drain_until if self._draining else self.session.deadline
+        return await append_patiently(
+            self._log, event, expect, until=until, gone=lambda: self.session.lost
+        )
 
     # --- stopping -------------------------------------------------------------------------
+
+    def _stop_task(self, key: JobKey, reason: str) -> bool:
+        """Terminate the task of ``key`` and forget its chain; False if it does not run here."""
+        for tracked in self._reaper.running():
+            if tracked.task.job_id == str(key[1]):
+                self._chains.pop(key, None)
+                log.warning("launcher: stopping job %s: %s", key[1], reason)
+                tracked.task.terminate(grace_s=2.0)
+                return True
+        return False
 
     async def _stop_late_start(self, item: WorkItem, tracked: Tracked) -> None:
         """A task that came up after we started draining (or were fenced) must not run."""
         if self.session.lost:
-            self._chains.pop(tracked.task.job_id, None)
+            self._chains.pop(item.key, None)
             tracked.task.kill()
             self.report.fenced += 1
             return
@@ -372,27 +412,45 @@ class Launcher:
     async def _drain(self, reason: str) -> None:
         """Kill what still runs and record it as RUN_TIMEOUT, chained on our lease."""
         self._draining = True
+        # A drain has a TTL to report: after that the lease expires and the controller does it.
+        self._drain_until = time.monotonic() + self.session.ttl_s
         # Take the chains first, so a task that dies of our SIGTERM is not reported as an error.
         draining = [
-            (tracked, item, self._chains.pop(job_id))
+            (tracked, item, self._chains.pop(key))
             for tracked in self._reaper.running()
-            if (job_id := tracked.task.job_id) in self._chains
-            and (item := self._items.get(job_id)) is not None
+            if (key := self._key_of(tracked)) in self._chains
+            and (item := self._held.get(key)) is not None
         ]
         for tracked, _, _ in draining:
             tracked.task.terminate(grace_s=2.0)
-        for tracked, item, expect in draining:
-            data = RunResultData(return_code=tracked.task.returncode,
-                                 cause=(f"launcher {self.session.id} drained: {reason}",),
-                                 work=item.spec, attempt=item.attempt)  # fmt: skip
-            self._chains[tracked.task.job_id] = expect
-            if await self._report(item, JobRunTimedOut, data):
-                self.report.timed_out += 1
+        await asyncio.gather(
+            *(self._report_drained(t, item, expect, reason) for t, item, expect in draining)
+        )
+
+    async def _report_drained(
+        self, tracked: Tracked, item: WorkItem, expect: int, reason: str
+    ) -> None:
+        data = RunResultData(return_code=tracked.task.returncode,
+                             cause=(f"launcher {self.session.id} drained: {reason}",),
+                             work=item.spec, attempt=item.attempt)  # fmt: skip
+        self._chains[item.key] = expect
+        if await self._report(item, JobRunTimedOut, data):
+            self.report.timed_out += 1
 
     def _kill_all(self, reason: str) -> None:
-        """Our session lapsed: the controller has fenced these jobs; stop them, report nothing."""
+        """Our session expired: the controller has fenced these jobs; stop them, report nothing."""
         for tracked in self._reaper.running():
             log.warning("launcher: killing job %s: %s", tracked.task.job_id, reason)
-            self._chains.pop(tracked.task.job_id, None)
+            self._chains.pop(self._key_of(tracked), None)
             tracked.task.kill()
             self.report.fenced += 1
+
+    def _key_of(self, tracked: Tracked) -> JobKey:
+        return (self._site, uuid.UUID(tracked.task.job_id))
+
+
+def _operational(exc: Exception) -> bool:
+    """A failure of NATS or of the log, not of this code: worth another try."""
+    if isinstance(exc, ConflictError):
+        return False
+    return transient(exc) or isinstance(exc, EventLogError)

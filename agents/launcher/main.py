@@ -6,12 +6,15 @@ import asyncio
 import logging
 import os
 import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from agents.launcher.launcher import Launcher, LauncherReport
 from agents.launcher.session import LauncherSession
 from agents.site.apps import load_apps
-from agents.site.connect import connect_site
+from agents.site.connect import connect_site_patiently, disconnect
 from agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 from platform_adapters.compute.local import local_nodes
@@ -27,16 +30,30 @@ async def run(
     apps = load_apps(settings.apps_dir)
     cfg = settings.launcher
     nodes = local_nodes(cfg.virtual_nodes, cfg.cores_per_node, cfg.gpus_per_node)
+    deadline = time.monotonic() + wall_time_min * 60  # the batch job's clock starts now
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    nc = await connect_site(settings, "launcher")
+    link = _Link()
+    nc = await connect_site_patiently(
+        settings, "launcher", stop=stop, deadline=deadline,
+        disconnected_cb=link.disconnected, reconnected_cb=link.reconnected,
+        # A link that died without a word (no RST) is noticed after 3 unanswered pings:
+        # within the heartbeat TTL, not nats-py's default of minutes, so the reconnect
+        # can still save the session.
+        ping_interval=max(1, cfg.heartbeat_ttl_s // 4),
+    )  # fmt: skip
+    if nc is None:
+        reason = "stopped" if stop.is_set() else "wall time reached"
+        log.warning("launcher exits before reaching NATS (%s)", reason)
+        return LauncherReport(exit_reason=reason)
     try:
         js = jetstream(nc)
+        left_min = (deadline - time.monotonic()) / 60  # connecting may have taken a while
         session = LauncherSession(
-            js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=wall_time_min
+            js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=left_min
         )
         launcher = Launcher(
             js, site=settings.site, session=session, apps=apps,
@@ -44,9 +61,28 @@ async def run(
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=os.environ, nc=nc,
         )  # fmt: skip
+        link.on_reconnect = launcher.reconnected
         log.info("launcher %s: %d nodes, %d apps", session.id, len(nodes), len(apps))
         report = await launcher.run(stop)
         log.info("launcher %s exits (%s): %s", session.id, report.exit_reason, report)
         return report
     finally:
-        await nc.drain()
+        link.closing = True
+        await disconnect(nc)
+
+
+@dataclass(slots=True)
+class _Link:
+    """The connection's callbacks: log an outage, and tell the pilot when NATS is back."""
+
+    on_reconnect: Callable[[], None] | None = None
+    closing: bool = False
+
+    async def disconnected(self) -> None:
+        if not self.closing:
+            log.warning("launcher: disconnected from NATS; reconnecting (running tasks go on)")
+
+    async def reconnected(self) -> None:
+        log.info("launcher: reconnected to NATS")
+        if self.on_reconnect is not None:
+            self.on_reconnect()

@@ -1,48 +1,84 @@
-"""Work items: a runnable event delivered on ``launch-<site>``, with what it takes to run it."""
+"""Work items: a runnable event delivered on ``launch-<site>``, with what it takes to run it.
+
+A delivery is work only if the shared rule (:mod:`schemas.trust`) accepts it on
+its subject, it is about this pilot's own site, and its type is one that makes a
+job runnable (the ``launch-<site>`` consumer's filter). Anything else — garbage,
+an event that names another site, a type that hands no work to pilots — is
+:class:`NotWork`: the pilot terminates the delivery, logs it and counts it.
+"""
 
 from __future__ import annotations
 
+import logging
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from schemas.codec import DecodeError, decode
+import nats.errors
+
+from lodestream.eventlog.consumers import LAUNCH_EVENTS
+from schemas.envelope import Event
 from schemas.events.job import LeaseData, RetryData, StepData
 from schemas.resources import JobSpec
+from schemas.trust import Untrusted, check_own_site, event_from_message
 
-RUNNABLE_EVENTS = ("preprocessed", "restart_ready", "lease_released", "lease_expired")
+log = logging.getLogger(__name__)
+RUNNABLE_TYPES: Final = frozenset(f"job.{name}" for name in LAUNCH_EVENTS)
 
-
-def launch_filters(site: str) -> list[str]:
-    """Subjects of the events that make a job runnable at ``site``."""
-    return [f"evt.{site}.job.*.{name}" for name in RUNNABLE_EVENTS]
+JobKey = tuple[str, uuid.UUID]
+"""(site, job id): how a pilot keys what it holds, never by what a payload claims."""
 
 
 @dataclass(frozen=True, slots=True)
 class WorkItem:
+    site: str
     job_id: uuid.UUID
     seq: int  # stream sequence of the runnable event: the lease chains on it
     spec: JobSpec
     attempt: int
     msg: Any  # the NATS message, acked or nak'ed by the launcher
 
+    @property
+    def key(self) -> JobKey:
+        return (self.site, self.job_id)
+
 
 class NotWork(ValueError):
-    """A delivered message that carries no runnable job (malformed, or no work payload)."""
+    """A delivered message that carries no runnable job of this site; the message says why."""
 
 
-def work_item(msg: Any) -> WorkItem:
-    try:
-        event = decode(msg.data)
-    except DecodeError as exc:
-        raise NotWork(str(exc)) from exc
+def work_item(msg: Any, site: str) -> WorkItem:
+    """The work ``msg`` hands to a pilot of ``site``; raise :class:`NotWork` if it is none."""
+    event = trusted_event(msg.subject, msg.data, site)
+    if event.type not in RUNNABLE_TYPES:
+        raise NotWork(f"{event.type} makes no job runnable")
     data = event.data
     if not isinstance(data, StepData | LeaseData | RetryData) or data.work is None:
         raise NotWork(f"{event.type} for {event.aggregate_id} carries no work")
     return WorkItem(
+        site=event.site,
         job_id=event.aggregate_id,
-        seq=msg.metadata.sequence.stream,
+        seq=int(msg.metadata.sequence.stream),
         spec=data.work,
         attempt=data.attempt,
         msg=msg,
     )
+
+
+def trusted_event(subject: str, data: bytes | None, site: str) -> Event:
+    """The event received on ``subject`` if the shared rule holds for it at ``site``; else
+    :class:`NotWork`."""
+    try:
+        return check_own_site(event_from_message(subject, data or b""), site)
+    except Untrusted as exc:
+        raise NotWork(str(exc)) from exc
+
+
+async def settle(settling: Awaitable[None]) -> None:
+    """Ack, nak or term a delivery. If NATS is away the server redelivers it later, which
+    compare-and-set makes safe, so a failure is only logged."""
+    try:
+        await settling
+    except nats.errors.Error as exc:
+        log.warning("launcher: could not settle a delivery: %s", exc or type(exc).__name__)

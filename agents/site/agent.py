@@ -2,6 +2,9 @@
 
 It connects only outbound (wss, the site's nkey) and rides out NATS outages
 with the client's endless reconnects; unacknowledged work is redelivered.
+A delivery the shared rule refuses (:mod:`schemas.trust`) is terminated, so it is
+never redelivered, logged with the reason and counted in ``skipped``; no message
+stops the agent.
 """
 
 from __future__ import annotations
@@ -11,9 +14,8 @@ import contextlib
 import logging
 from typing import Any
 
-from nats.errors import ConnectionClosedError, NoRespondersError
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
 
 from agents.site.apps import ApplicationDefinition
 from agents.site.processing import Processing
@@ -21,6 +23,7 @@ from agents.site.registry import AppPublisher
 from agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import pull_consumer
+from schemas.trust import Untrusted
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +46,7 @@ class SiteAgent:
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
             retry_budget=settings.processing.retry_budget,
         )  # fmt: skip
+        self.skipped = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         changes = await self.publisher.publish(self._apps)
@@ -57,7 +61,7 @@ class SiteAgent:
                     msgs = await sub.fetch(64, timeout=0.5)
                 except TimeoutError:  # nats-py raises its subclass or asyncio.TimeoutError
                     continue
-                except (ConnectionClosedError, NoRespondersError, APIError) as exc:
+                except nats.errors.Error as exc:  # reconnecting, closed, no responders, API
                     log.warning("site agent: fetch failed (%s); retrying", exc)
                     await asyncio.sleep(0.5)
                     continue
@@ -69,14 +73,26 @@ class SiteAgent:
         finally:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            with contextlib.suppress(ConnectionClosedError):
+            with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
+            log.info("site agent stops: %d outcomes appended, %d deliveries skipped",
+                     self.processing.handled, self.skipped)  # fmt: skip
 
     async def _work(self, msg: Any, workers: asyncio.Semaphore) -> None:
         try:
             await self.processing.handle(msg)
             await msg.ack()
+        except Untrusted as exc:
+            await self._skip(msg, exc)
         except Exception:
             log.exception("site agent: processing failed; the message will be redelivered")
         finally:
             workers.release()
+
+    async def _skip(self, msg: Any, why: Untrusted) -> None:
+        self.skipped += 1
+        log.warning("site agent: skipped delivery on %s: %s", msg.subject, why)
+        try:
+            await msg.term()
+        except nats.errors.Error as exc:  # NATS away: it comes back, and is refused again
+            log.warning("site agent: could not terminate a delivery: %s", exc)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from agents.site.agent import SiteAgent
 from agents.site.apps import load_apps
-from agents.site.connect import connect_site
+from agents.site.connect import connect_site_patiently, disconnect
 from agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 
@@ -21,8 +21,10 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    nc = await connect_site(settings, "site-agent")
+    nc = await connect_site_patiently(settings, "site-agent", stop=stop)
+    if nc is None:
+        return  # stopped before NATS answered
     try:
         await SiteAgent(jetstream(nc), settings, apps).run(stop)
     finally:
-        await nc.drain()
+        await disconnect(nc)

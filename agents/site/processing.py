@@ -9,6 +9,10 @@
 Each outcome is appended with compare-and-set on the event that asked for it
 and an id derived from that event, so a redelivered message can never act
 twice. Hooks are site code and may block: they run in worker threads.
+
+Every delivery is checked with the shared rule (:mod:`schemas.trust`) before any hook
+runs: its subject, its site (this site's, everywhere the payload names one) and its
+writer; and its type must be one of the ``process-<site>`` consumer's.
 """
 
 from __future__ import annotations
@@ -17,13 +21,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
 from agents.site.apps import ApplicationDefinition, Decision, JobContext
 from lodestream.eventlog import ConflictError, EventLog
-from schemas.codec import DecodeError, decode
+from lodestream.eventlog.consumers import PROCESS_EVENTS
 from schemas.envelope import Event
 from schemas.events import (
     JobFailed,
@@ -35,8 +39,10 @@ from schemas.events.job import FailureData, RetryData, RunResultData, StepData
 from schemas.ids import derived_id
 from schemas.resources import JobSpec
 from schemas.subjects import parse_event_subject
+from schemas.trust import Untrusted, check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
+WORK_TYPES: Final = frozenset(f"job.{name}" for name in PROCESS_EVENTS)
 
 
 class Processing:
@@ -61,19 +67,20 @@ class Processing:
         return f"site:{self._site}"
 
     async def handle(self, msg: Any) -> None:
-        """Act on one delivered message; the caller acks it afterwards."""
+        """Act on one delivered message; the caller acks it afterwards.
+
+        Raises :class:`Untrusted` for a message the shared rule refuses, or that hands no
+        work to this module: the caller terminates it, logs and counts it.
+        """
         if self._nothing_to_do(msg):
             return
-        try:
-            event = decode(msg.data)
-        except DecodeError as exc:
-            log.warning("processing: undecodable delivery: %s", exc)
-            return
-        seq = int(msg.metadata.sequence.stream)
+        event = check_own_site(event_from_message(msg.subject, msg.data), self._site)
+        if event.type not in WORK_TYPES:
+            raise Untrusted(f"{event.type} hands no work to site processing")
         spec = getattr(event.data, "work", None)
         if not isinstance(spec, JobSpec):
-            log.warning("processing: %s for %s carries no work", event.type, event.aggregate_id)
-            return
+            raise Untrusted(f"{event.type} for {event.aggregate_id} carries no work")
+        seq = int(msg.metadata.sequence.stream)
         app = self._apps.get(spec.app)
         if event.type == "job.finished":
             if app is not None and app.spec.cleanup_files:
@@ -92,12 +99,14 @@ class Processing:
         """Whether the delivery is a run_done or finished of an app with no hook for it.
 
         Most jobs' run_done and finished come here only to be acked; telling so from the
-        subject and the app's name saves validating the whole event. Anything unexpected in
-        the document goes the full way (and is reported there).
+        subject and the app's name saves validating the whole event. Nothing is *done* on
+        this path, so the shared rule has nothing to guard; anything unexpected in the
+        document goes the full way (and is checked there).
         """
         try:
-            kind = parse_event_subject(msg.subject).event_type
-            if kind not in {"job.run_done", "job.finished"}:
+            subject = parse_event_subject(msg.subject)
+            kind = subject.event_type
+            if subject.site != self._site or kind not in {"job.run_done", "job.finished"}:
                 return False
             name = orjson.loads(msg.data)["data"]["work"]["app"]
         except (ValueError, KeyError, TypeError):  # SubjectError, JSONDecodeError included

@@ -20,6 +20,7 @@ from schemas.events import JobCreated
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_controller import running_controller
 from tests.support.builders import job_created, site_registered
+from tests.support.processes import TEST_HEARTBEAT_TTL_S
 from tests.support.projection import running_projector
 from tests.support.site import secure_site_dir
 
@@ -27,11 +28,15 @@ SITE, OWNER = "alpha", "ada"
 
 
 @asynccontextmanager
-async def control_plane(secure_nats: SecureNats, dsn: str) -> AsyncIterator[JetStreamContext]:
+async def control_plane(
+    secure_nats: SecureNats, dsn: str, *, heartbeat_ttl_s: float = TEST_HEARTBEAT_TTL_S
+) -> AsyncIterator[JetStreamContext]:
+    """Projector and controller on the control-plane connection; heartbeats expire after
+    ``heartbeat_ttl_s``, which the site's pilots must agree with (tests/support/site.py)."""
     nc = await connect(secure_nats.settings())
     try:
         js = jetstream(nc)
-        await ensure_streams(js)
+        await ensure_streams(js, heartbeat_ttl_s=heartbeat_ttl_s)
         async with running_projector(js, dsn), running_controller(js, dsn):
             yield js
     finally:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from agents.site.settings import SiteSettings, load_site_settings
 from tests.fixtures.nats import SecureNats
+from tests.support.processes import TEST_HEARTBEAT_TTL_S
 
 TEST_APPS = Path(__file__).parent.parent / "data" / "apps"
 
@@ -32,8 +33,9 @@ def make_site_dir(
         {
             "site": site,
             "nats": {"url": wss_url, "ca_file": "ca.pem", "seed_file": "site.nk"},
-            "launcher": {"heartbeat_ttl_s": 3, "idle_ttl_s": 30, "virtual_nodes": 2,
-                         "cores_per_node": 4, **launcher},
+            # The control plane's HB stream expires heartbeats after the same TTL.
+            "launcher": {"heartbeat_ttl_s": round(TEST_HEARTBEAT_TTL_S), "idle_ttl_s": 30,
+                         "virtual_nodes": 2, "cores_per_node": 4, **launcher},
             "processing": processing or {},
         }
     )  # fmt: skip

@@ -1,0 +1,19 @@
+"""What a pilot did, returned by ``Launcher.run`` and logged when it exits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(slots=True)
+class LauncherReport:
+    started: int = 0
+    finished: int = 0
+    errored: int = 0
+    lost_races: int = 0
+    fenced: int = 0
+    timed_out: int = 0
+    killed: int = 0
+    skipped: int = 0  # deliveries the shared rule refused, or that carried no work
+    duplicates: int = 0  # deliveries of a job this pilot already held
+    exit_reason: str = ""
