@@ -47,9 +47,9 @@ def raw_from_msg(stream: str, msg: Any) -> RawMessage:
     )
 
 
-# Errors that depend on a message's content, not on Postgres being up: retrying cannot help.
-# (UndefinedTable is a ProgrammingError too, and is caught before these.)
-UNSTORABLE = (psycopg.DataError, psycopg.IntegrityError, psycopg.ProgrammingError)
+# Errors that depend on a message's content (a value out of range, text Postgres cannot
+# encode, a duplicate key), not on Postgres being up or granted: retrying cannot help.
+UNSTORABLE = (psycopg.DataError, psycopg.IntegrityError)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -168,21 +168,32 @@ class Projector:
         """
         decoded = [decode_message(r) for r in raws]
         delay = 0.1
+        singly = False
         while True:
             try:
-                await self._apply_once(raws, decoded)
+                if singly:
+                    await self._apply_singly(raws, decoded)
+                else:
+                    await self._apply_once(raws, decoded)
             except psycopg.OperationalError as exc:
                 log.warning("projector %s: postgres unavailable (%s); retrying", self._stream, exc)
             except (psycopg.errors.UndefinedTable, psycopg.errors.InternalError_) as exc:
                 # A rebuild swapped the schema under us: retry against the new tables.
                 log.info("projector %s: tables replaced (%s); retrying", self._stream, exc)
             except UNSTORABLE as exc:
-                # Some message in the batch holds what Postgres refuses: find it, quarantine
-                # it, apply the rest. Retrying the batch as it is would fail for ever.
-                log.warning("projector %s: batch refused (%s); applying one by one", self._stream,
-                            _first_line(exc))  # fmt: skip
-                decoded = await self._apply_singly(raws, decoded)
-                return True
+                if singly:  # a quarantine row refused: not the messages' doing; retry later
+                    log.warning("projector %s: cannot store quarantine (%s)", self._stream, exc)
+                else:
+                    # Some message holds what Postgres refuses: find it, quarantine it, apply
+                    # the rest. Retrying the batch as it is would fail for ever.
+                    log.warning("projector %s: batch refused (%s); applying one by one",
+                                self._stream, _first_line(exc))  # fmt: skip
+                    singly = True
+                    continue
+            except psycopg.ProgrammingError as exc:
+                # A missing grant or a broken schema: the operator's to fix, never the
+                # messages' fault, so nothing is quarantined for it.
+                log.warning("projector %s: %s; retrying", self._stream, _first_line(exc))
             else:
                 return True
             if self._conn is not None:

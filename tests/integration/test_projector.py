@@ -204,3 +204,26 @@ async def test_rebuild_equals_live_fold(
     report = await Rebuild(js, database_url, batch_size=batch_size).run()
     assert report.events == last
     assert await table_digest(database_url) == live
+
+
+async def test_a_message_postgres_refuses_is_quarantined_and_the_rest_projected(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """If a value the schemas accept is refused by Postgres (here: a CHECK constraint stands
+    in for any such gap), the projector finds that one message, quarantines it with
+    Postgres' reason, and folds the rest of the batch: it never crash-loops on it."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("ALTER TABLE rm.jobs ADD CONSTRAINT refuse_evil CHECK (app <> 'evil')")
+    log = EventLog(js)
+    jobs = [job_created(SITE, OWNER, app=app) for app in ("good", "evil", "fine")]
+    last = await append_all(log, [site_registered(SITE, OWNER), *jobs])
+    async with running_projector(js, database_url) as projector:
+        await wait_for_position(database_url, last)
+        assert projector.unstorable == 1
+    rows = await fetch(database_url, "SELECT app FROM rm.jobs ORDER BY app")
+    assert rows == [("fine",), ("good",)]
+    reasons = await fetch(database_url, "SELECT subject, reason FROM rm.quarantine")
+    assert len(reasons) == 1
+    assert str(reasons[0][0]) == jobs[1].subject
+    assert "unstorable" in str(reasons[0][1])
+    assert "refuse_evil" in str(reasons[0][1])
