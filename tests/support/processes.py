@@ -12,7 +12,6 @@ from pathlib import Path
 
 from lodestream.settings import NatsSettings
 
-
 TEST_HEARTBEAT_TTL_S = 3.0
 
 
