@@ -9,22 +9,26 @@ import typer
 
 from client.cli.common import STATE_DIR_OPTION, console, print_error
 from lodestream import aio
-from lodestream.embedded.state import apply_stack_environment
+from lodestream.embedded.state import StackRole, apply_stack_environment
 from lodestream.settings import Settings
 
 projector_app = typer.Typer(help="The projector: folds the log into the Postgres read models.")
 user_app = typer.Typer(help="API users and tokens.")
 
 
-def _settings(state_dir: Path) -> Settings:
-    apply_stack_environment(state_dir)
+def _settings(state_dir: Path, role: StackRole) -> Settings:
+    """Settings from the environment, defaulted from the embedded stack as ``role``.
+
+    ``role`` picks the stack's Postgres login: each command gets the least it needs.
+    """
+    apply_stack_environment(state_dir, role)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return Settings()
 
 
 def api(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Serve the HTTP API (settings from LODE_* / NATS_URL / DATABASE_URL)."""
-    _settings(state_dir)
+    _settings(state_dir, "api")
     from services.api.__main__ import main  # noqa: PLC0415 - import FastAPI only when serving
 
     main()
@@ -33,17 +37,20 @@ def api(state_dir: Path = STATE_DIR_OPTION) -> None:
 def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Apply the Postgres migrations to DATABASE_URL."""
     from infra.postgres.migrate import upgrade  # noqa: PLC0415
+    from lodestream.embedded.stack import grant_stack_roles  # noqa: PLC0415
 
-    settings = _settings(state_dir)
+    settings = _settings(state_dir, "admin")
     upgrade(settings.database_url)
     console.print("migrations applied")
+    if grant_stack_roles(state_dir, settings.database_url):
+        console.print("service roles granted")
 
 
 def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the controller (DAG release, lease expiry and fencing) until SIGINT/SIGTERM."""
     from services.controller.main import run  # noqa: PLC0415
 
-    aio.run(run(_settings(state_dir)))
+    aio.run(run(_settings(state_dir, "controller")))
 
 
 @projector_app.command("run")
@@ -51,7 +58,7 @@ def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the live projector until SIGINT/SIGTERM."""
     from services.projector.main import run  # noqa: PLC0415
 
-    aio.run(run(_settings(state_dir)))
+    aio.run(run(_settings(state_dir, "projector")))
 
 
 @projector_app.command("rebuild")
@@ -59,7 +66,8 @@ def projector_rebuild(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Replay the log from sequence 1 into fresh tables and swap them in atomically."""
     from services.projector.main import rebuild  # noqa: PLC0415
 
-    report = aio.run(rebuild(_settings(state_dir)))
+    # The projector's role owns the read models: it may create, swap and drop them.
+    report = aio.run(rebuild(_settings(state_dir, "projector")))
     console.print(
         f"rebuilt {report.events:,} events ({report.jobs:,} jobs, {report.quarantined} "
         f"quarantined) in {report.seconds:.1f}s — {report.events_per_second:,.0f} events/s"
@@ -74,7 +82,7 @@ def user_create(
     """Create a user (or a new token for an existing one) and print the API token once."""
     from services.api.users import create_user  # noqa: PLC0415
 
-    settings = _settings(state_dir)
+    settings = _settings(state_dir, "api")
     try:
         token = create_user(settings.database_url, name)
     except ValueError as exc:

@@ -11,6 +11,7 @@ from types import FrameType
 
 import typer
 from rich.table import Table
+from sqlalchemy.engine import make_url
 
 from client.cli.common import STATE_DIR_OPTION, console, err_console
 from client.config import ClientConfig
@@ -20,6 +21,8 @@ from client.sdk import LodeClient
 from client.sites import init_site_dir
 from lodestream.embedded import EmbeddedStack, StackInfo, StackPorts
 from lodestream.embedded.process import ServiceProcess
+
+log = logging.getLogger(__name__)
 
 
 def up(
@@ -80,14 +83,21 @@ def _print_info(info: StackInfo) -> None:
     table.add_row("user / token", f"{info.user} / {info.token}")
     table.add_row("NATS (control plane)", f"{info.nats_url}  user {info.control_user}")
     table.add_row("NATS (sites, wss)", f"{info.websocket_url}  CA {info.ca_file}")
-    table.add_row("Postgres", info.database_url)
+    postgres = make_url(info.database_url).render_as_string(hide_password=True)
+    table.add_row("Postgres", f"{postgres}  passwords in {info.state_dir / 'secrets.json'}")
     table.add_row("state", str(info.state_dir))
     console.print(table)
 
 
 def _supervise(stack: EmbeddedStack, stop: threading.Event) -> None:
-    while not stop.wait(1.0):
-        stack.supervise_once()
+    """The supervisor thread: restarts whatever dies, until Ctrl-C or SIGTERM."""
+    while not stop.is_set():
+        try:
+            stack.supervise(stop)
+        except Exception:
+            # supervise() catches everything itself; this keeps the thread if that ever fails.
+            log.exception("supervisor loop failed; starting it again")
+            stop.wait(1.0)
 
 
 def _start_local_site(stack: EmbeddedStack, info: StackInfo) -> None:

@@ -4,6 +4,12 @@ Used by the embedded stack (``lode up``) and by the test fixtures, including
 fault injection (``kill()``). The JetStream store lives in the config's
 ``store_dir``, so a new process on the same config finds the log where the
 last one left it.
+
+The config file on disk is always one the server accepted: a new config is
+staged beside it, checked with ``nats-server -t``, and only then swapped in
+and signalled; if the running server still refuses it, the last accepted
+config is put back. A restart after a refused reload (by ``lode up``'s
+supervisor, or an operator) therefore comes up on a config that works.
 """
 
 from __future__ import annotations
@@ -24,11 +30,13 @@ from infra.nats.config import NatsServerConfig, render_config
 from infra.nats.errors import BinaryNotFoundError, ReloadError, ServerStartError
 
 CONFIG_FILE: Final = "nats-server.conf"
+STAGED_FILE: Final = ".nats-server.conf.new"
 LOG_FILE: Final = "nats-server.log"
 # nats-server's own log lines, stable across releases, are the only reload acknowledgement.
 RELOADED: Final = "Reloaded server configuration"
 RELOAD_FAILED: Final = "Failed to reload server configuration"
 _POLL_S: Final = 0.05
+_CONFIG_TEST_TIMEOUT_S: Final = 30.0
 
 
 def find_binary() -> Path:
@@ -64,6 +72,8 @@ class NatsServer:
         self.log_path = directory / LOG_FILE
         self._process: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
+        # The config the running process accepted last: what a refused reload falls back to.
+        self._accepted = config
 
     @property
     def pid(self) -> int | None:
@@ -72,6 +82,11 @@ class NatsServer:
     @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def exited(self) -> bool:
+        """Started, then ended without :meth:`stop` (a crash, a SIGKILL, :meth:`kill`)."""
+        return self._process is not None and self._process.poll() is not None
 
     @property
     def client_url(self) -> str:
@@ -89,13 +104,37 @@ class NatsServer:
 
     def write_config(self) -> None:
         """Write the config with mode 0600: it holds the control-plane password."""
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.config_path.with_name(f".{CONFIG_FILE}.tmp")
-        tmp.unlink(missing_ok=True)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(render_config(self.config))
+        tmp = self._write_private(f".{CONFIG_FILE}.tmp", render_config(self.config))
         tmp.replace(self.config_path)
+
+    def check_config(self, path: Path) -> None:
+        """Run ``nats-server -t`` on ``path``; raise :class:`ReloadError` if it is refused."""
+        try:
+            result = subprocess.run(
+                [str(self.binary), "-t", "-c", str(path)],
+                capture_output=True,
+                text=True,
+                check=False,
+                timeout=_CONFIG_TEST_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise ReloadError(
+                f"cannot test the config of {self.config.server_name}: {exc}"
+            ) from exc
+        if result.returncode != 0:
+            output = (result.stdout + result.stderr).strip()
+            raise ReloadError(
+                f"{self.config.server_name}: nats-server -t refused the new config:\n{output}"
+            )
+
+    def _write_private(self, name: str, text: str) -> Path:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / name
+        path.unlink(missing_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        return path
 
     def start(self, *, wait: bool = True) -> None:
         """Start the process; with ``wait`` (the default) return only once it serves clients.
@@ -113,13 +152,24 @@ class NatsServer:
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
+            # Its own session: a Ctrl-C meant for `lode up` must not stop it before the
+            # services that use it.
+            start_new_session=True,
         )
+        self._accepted = self.config
         if wait:
             try:
                 self.wait_ready()
             except BaseException:
                 self.kill()  # never leave a half-started server behind
                 raise
+
+    def restart(self) -> None:
+        """Start again after the process ended, on the last config it accepted."""
+        if self.running:
+            raise ServerStartError(f"{self.config.server_name} is running (pid {self.pid})")
+        self.config = self._accepted
+        self.start()
 
     def wait_ready(self, timeout_s: float | None = None, *, js_enabled_only: bool = True) -> None:
         """Poll until the server is ready: ``/healthz`` if monitoring is on, else the client port.
@@ -163,14 +213,32 @@ class NatsServer:
 
         This is how site credentials are added and revoked: the server drops
         connections whose user is gone and applies new permissions to the rest.
-        Returns once the server has logged the reload; raises if it refused it.
+        Returns once the server has logged the reload. Raises :class:`ReloadError`
+        if the config fails ``nats-server -t`` (the live file is not touched) or the
+        server refuses it (the last accepted config is written back); either way
+        the server keeps running on its previous config.
         """
         if self._process is None or not self.running:
             raise ReloadError(f"{self.config.server_name} is not running")
-        previous = self.config
-        if config is not None:
-            self.config = config
-        self.write_config()
+        candidate = config if config is not None else self.config
+        staged = self._write_private(STAGED_FILE, render_config(candidate))
+        try:
+            self.check_config(staged)
+            staged.replace(self.config_path)
+        finally:
+            staged.unlink(missing_ok=True)
+        self.config = candidate
+        try:
+            self._signal_reload(timeout_s)
+        except ReloadError:
+            # Put back the config the server still runs on, so a later restart does too.
+            self.config = self._accepted
+            self.write_config()
+            raise
+        self._accepted = candidate
+
+    def _signal_reload(self, timeout_s: float) -> None:
+        assert self._process is not None
         before = self._log_text()
         done, failed = before.count(RELOADED), before.count(RELOAD_FAILED)
         self._process.send_signal(signal.SIGHUP)
@@ -178,9 +246,6 @@ class NatsServer:
         while True:
             text = self._log_text()
             if text.count(RELOAD_FAILED) > failed:
-                # Put back the config the server still runs on, so a later restart does too.
-                self.config = previous
-                self.write_config()
                 raise ReloadError(
                     f"{self.config.server_name} refused the new config:\n{self.log_tail()}"
                 )
@@ -199,6 +264,7 @@ class NatsServer:
             except subprocess.TimeoutExpired:
                 self._process.kill()
                 self._process.wait()
+        self._process = None  # stopped on purpose: not an exit for a supervisor to repair
         self._close_log()
 
     def kill(self) -> None:

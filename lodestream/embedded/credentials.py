@@ -7,19 +7,39 @@ the change and reloads nats-server with the re-rendered authorization
 (SIGHUP, no restart). ``lode site rm`` removes the key the same way, and the
 reload disconnects the site at once. A production NATS does the same with
 operator/JWT mode or an auth callout (docs/operations.md).
+
+One bad row must not lock everyone out: a site whose key does not decode as
+an nkey user public key (or whose entry does not render) is left out of the
+config and reported in :attr:`CredentialSync.invalid`, and the others are
+applied. A reload nats-server refuses leaves it on its last good config
+(:meth:`infra.nats.server.NatsServer.reload`) and is counted in
+:attr:`CredentialSync.refused`; nothing here raises into the supervisor.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
+from typing import Any
 
 import psycopg
 
 from infra.nats.auth import render_authorization
+from infra.nats.errors import ReloadError
 from infra.nats.server import NatsServer
+from schemas.nkey import check_user_public_key
 
 log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(slots=True)
+class SyncCounters:
+    reloads: int = 0
+    refused: int = 0  # reloads nats-server refused; it kept its last good config
+    last_error: str | None = None
+    # site -> why its key is left out of the config
+    invalid: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 class CredentialSync:
@@ -29,6 +49,15 @@ class CredentialSync:
         self._user = user
         self._password = password
         self._applied: dict[str, str] | None = None
+        self.counters = SyncCounters()
+
+    @property
+    def refused(self) -> int:
+        return self.counters.refused
+
+    @property
+    def invalid(self) -> dict[str, str]:
+        return dict(self.counters.invalid)
 
     def site_keys(self) -> dict[str, str]:
         with psycopg.connect(self._dsn, connect_timeout=2) as conn:
@@ -38,8 +67,18 @@ class CredentialSync:
             ).fetchall()
         return {str(name): str(key) for name, key in rows}
 
+    def invalidate(self) -> None:
+        """Compare with the server again on the next sync (after nats-server restarted)."""
+        self._applied = None
+
     def sync_once(self) -> bool:
-        """Reload nats-server if the set of site keys changed; True if it reloaded."""
+        """Reload nats-server if the set of site keys changed; True if it reloaded.
+
+        Never raises for a bad key, a refused reload or an unreachable Postgres:
+        each is logged and counted, and the next change (or restart) tries again.
+        """
+        if not self._nats.running:
+            return False  # the supervisor restarts it, then invalidates: compared afresh then
         try:
             keys = self.site_keys()
         except psycopg.Error as exc:
@@ -47,11 +86,48 @@ class CredentialSync:
             return False
         if keys == self._applied:
             return False
-        config = dataclasses.replace(
-            self._nats.config,
-            authorization=render_authorization(self._user, self._password, keys),
-        )
-        self._nats.reload(config)
-        log.info("nats authorization reloaded: %d site key(s)", len(keys))
+        authorization = render_authorization(self._user, self._password, self._usable(keys))
+        config = dataclasses.replace(self._nats.config, authorization=authorization)
+        if config == self._nats.config:
+            self._applied = keys  # e.g. after a restart: the server already runs on these keys
+            return False
+        try:
+            self._nats.reload(config)
+        except ReloadError as exc:
+            self._refused(keys, exc)
+            return False
         self._applied = keys
+        self.counters.reloads += 1
+        log.info("nats authorization reloaded: %d site key(s)", len(keys) - len(self.invalid))
         return True
+
+    def status(self) -> dict[str, Any]:
+        return dataclasses.asdict(self.counters)
+
+    def _usable(self, keys: Mapping[str, str]) -> dict[str, str]:
+        """``keys`` without the sites whose entry would make nats-server refuse the config."""
+        usable, invalid = {}, {}
+        for site, key in keys.items():
+            try:
+                check_user_public_key(key)  # what nats-server checks: checksum included
+                # Each entry on its own, so that any other refusal is pinned on one site.
+                render_authorization(self._user, self._password, {site: key})
+            except ValueError as exc:
+                invalid[site] = f"{key!r}: {exc}"
+                continue
+            usable[site] = key
+        for site in sorted(invalid.keys() - self.counters.invalid.keys()):
+            log.error("site %s left out of nats authorization: key %s", site, invalid[site])
+        self.counters.invalid = invalid
+        return usable
+
+    def _refused(self, keys: dict[str, str], exc: ReloadError) -> None:
+        self.counters.last_error = str(exc)
+        if not self._nats.running:
+            # Not a verdict on the config: retried once the supervisor has restarted the server.
+            log.warning("credential sync: nats-server is down; will retry: %s", exc)
+            return
+        self.counters.refused += 1
+        # Retrying the same keys would be refused again; the next change is tried.
+        self._applied = keys
+        log.error("nats-server refused the new authorization, kept its last good config: %s", exc)

@@ -1,4 +1,9 @@
-"""A supervised child process: started with a log file, restarted if it dies, stopped by SIGTERM."""
+"""A service child process: started with a log file, restarted when it died, stopped by SIGTERM.
+
+When and how often it is restarted is the supervisor's business
+(:mod:`lodestream.embedded.supervisor`); this class only says whether it
+exited and starts it again.
+"""
 
 from __future__ import annotations
 
@@ -21,7 +26,6 @@ class ServiceProcess:
         self.argv = list(argv)
         self.env = dict(env)
         self.log_path = log_path
-        self.restarts = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._log: IO[bytes] | None = None
 
@@ -44,15 +48,21 @@ class ServiceProcess:
             start_new_session=True,  # Ctrl-C in the terminal reaches `lode up`, which stops us
         )
 
-    def ensure_running(self) -> bool:
-        """Restart the process if it exited; True if it had to be restarted."""
-        if self._proc is None or self.running:
-            return False
-        log.warning("%s exited with %s; restarting", self.name, self._proc.returncode)
-        self.restarts += 1
+    @property
+    def exited(self) -> bool:
+        """Started, then ended without :meth:`stop`: a crash the supervisor should repair."""
+        return self._proc is not None and self._proc.poll() is not None
+
+    @property
+    def returncode(self) -> int | None:
+        return self._proc.returncode if self._proc is not None else None
+
+    def restart(self) -> None:
+        """Start again after the process exited; a running process is left alone."""
+        if self.running:
+            return
         self._close_log()
         self.start()
-        return True
 
     def stop(self, timeout_s: float = 15.0) -> None:
         if self._proc is None:

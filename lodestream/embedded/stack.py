@@ -2,7 +2,10 @@
 
 The stack is a set of real processes — the same binaries and services an
 operator runs at scale — started from a state directory that a second
-``lode up`` reuses without losing data.
+``lode up`` reuses without losing data. Once started, every one of them is
+supervised (:mod:`lodestream.embedded.supervisor`): restarted with a backoff
+when it dies, nats-server and Postgres included. Each service connects to
+Postgres with its own role (:mod:`infra.postgres.roles`).
 """
 
 from __future__ import annotations
@@ -12,34 +15,57 @@ import getpass
 import logging
 import re
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Final
 
 from pydantic import SecretStr
 
-from infra.nats.auth import CONTROL_USER, new_password, render_authorization
+from infra.nats.auth import CONTROL_USER, render_authorization
 from infra.nats.config import NatsServerConfig
 from infra.nats.server import NatsServer
-from infra.nats.tls import ensure_local_ca
+from infra.nats.tls import TlsFiles, ensure_local_ca
 from infra.postgres import migrate
+from infra.postgres.roles import SERVICE_ROLES, apply_roles
 from infra.postgres.server import EmbeddedPostgres
 from lodestream.embedded.credentials import CredentialSync
+from lodestream.embedded.errors import StackError
 from lodestream.embedded.process import ServiceProcess
-from lodestream.embedded.state import StateDir
+from lodestream.embedded.state import (
+    DATABASE_URLS,
+    ROLE_NAMES,
+    StackRole,
+    StackSecrets,
+    StateDir,
+)
+from lodestream.embedded.supervisor import Supervised, Supervisor
 from lodestream.eventlog import ensure_streams
 from lodestream.eventlog.jetstream import jetstream
 from lodestream.natsconn import connect
 from lodestream.settings import NatsSettings
 
 log = logging.getLogger(__name__)
-DATABASE = "lodestream"
+DATABASE: Final = "lodestream"
+# name, module, and the Postgres role it connects as
+SERVICES: Final[tuple[tuple[str, str, StackRole], ...]] = (
+    ("projector", "services.projector", "projector"),
+    ("controller", "services.controller", "controller"),
+    ("api", "services.api", "api"),
+)
 
-
-class StackError(RuntimeError):
-    """The embedded stack could not start; the message says which part and why."""
+__all__ = [
+    "DATABASE",
+    "EmbeddedStack",
+    "StackError",
+    "StackInfo",
+    "StackPorts",
+    "grant_stack_roles",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +89,23 @@ class StackInfo:
     control_user: str
     control_password: str
     state_dir: Path
+    # database_url above is the superuser's (administration); the services use these.
+    database_urls: dict[StackRole, str]
+
+
+def grant_stack_roles(state_dir: Path, database_url: str) -> bool:
+    """Re-apply the service roles if ``database_url`` is this stack's superuser URL.
+
+    For ``lode migrate`` on an embedded stack: tables a migration adds belong to
+    the superuser until the grants are applied (``lode up`` applies them too).
+    """
+    state = StateDir(state_dir.absolute())
+    urls = state.read_json(state.env_file).get(DATABASE_URLS)
+    if not isinstance(urls, dict) or urls.get("admin") != database_url:
+        return False
+    passwords = state.secrets().postgres
+    apply_roles(database_url, DATABASE, {role: passwords[role] for role in SERVICE_ROLES})
+    return True
 
 
 def default_user() -> str:
@@ -78,40 +121,18 @@ class EmbeddedStack:
         self.postgres: EmbeddedPostgres | None = None
         self.services: list[ServiceProcess] = []
         self.credentials: CredentialSync | None = None
+        self.supervisor: Supervisor | None = None
+        self._status: dict[str, Any] | None = None
 
     def start(self, user: str | None = None) -> StackInfo:
         self.state.create()
-        secrets = self.state.read_json(self.state.secrets_file)
-        if "control_password" not in secrets:
-            secrets["control_password"] = new_password()
-            self.state.write_private_json(self.state.secrets_file, secrets)
-        password = str(secrets["control_password"])
+        secrets = self.state.secrets()
+        password = secrets.control_password
         tls = ensure_local_ca(self.state.tls)
-
-        self.nats = NatsServer(
-            NatsServerConfig(
-                server_name="lode-embedded",
-                store_dir=self.state.jetstream,
-                client_port=self.ports.nats,
-                websocket_port=self.ports.websocket,
-                http_port=self.ports.nats_http,
-                tls=tls,
-                authorization=render_authorization(CONTROL_USER, password, {}),
-            ),
-            self.state.nats,
-        )
-        self.nats.start()
-        self.postgres = EmbeddedPostgres(self.state.pg_data, self.ports.postgres)
-        self.postgres.ensure_initialized()
-        self.postgres.start()
-        self.postgres.create_database(DATABASE)
-        database_url = self.postgres.url(DATABASE)
-        migrate.upgrade(database_url)
-
+        self.nats = self._start_nats(password, tls)
+        urls = self._start_postgres(secrets)
         nats_settings = NatsSettings(
-            url=self.nats.client_url,
-            user=CONTROL_USER,
-            password=SecretStr(password),
+            url=self.nats.client_url, user=CONTROL_USER, password=SecretStr(password)
         )
         asyncio.run(_ensure_streams(nats_settings))
 
@@ -119,57 +140,74 @@ class EmbeddedStack:
             "LODE_NATS_URL": self.nats.client_url,
             "LODE_NATS__USER": CONTROL_USER,
             "LODE_NATS__PASSWORD": password,
-            "LODE_DATABASE_URL": database_url,
             "LODE_API__HOST": "127.0.0.1",
             "LODE_API__PORT": str(self.ports.api),
         }
         # Lets `lode projector rebuild`, `lode user create`… find this stack without flags.
-        self.state.write_private_json(self.state.env_file, env)
-        # Lets `lode projector rebuild`, `lode user create`… find this stack without flags.
-        self.state.write_private_json(self.state.env_file, env)
-        self.services = [
-            ServiceProcess(
-                name, [sys.executable, "-m", module], env, self.state.logs / f"{name}.log"
-            )
-            for name, module in (
-                ("projector", "services.projector"),
-                ("controller", "services.controller"),
-                ("api", "services.api"),
-            )
-        ]
-        for service in self.services:
-            service.start()
-        api_url = f"http://127.0.0.1:{self.ports.api}"
-        self._wait_http(f"{api_url}/healthz", self.services[-1])
-
+        self.state.write_private_json(self.state.env_file, {**env, DATABASE_URLS: urls})
+        api_url = self._start_services(env, urls)
         # What `lode site init` needs to point a new site at this stack.
         self.state.write_private_json(
             self.state.root / "sites.json",
             {"websocket_url": self.nats.websocket_url, "ca_file": str(tls.ca_cert),
              "api_url": api_url},
         )  # fmt: skip
-        self.credentials = CredentialSync(self.nats, database_url, CONTROL_USER, password)
-        self.credentials.sync_once()  # sites registered in an earlier run may connect again
-        user, token = self._local_user(database_url, user or default_user(), api_url)
+        # lode up reads rm.sites with the read-only role the controller has.
+        self._start_supervision(
+            CredentialSync(self.nats, urls["controller"], CONTROL_USER, password)
+        )
+        user, token = self._local_user(urls["api"], user or default_user(), api_url)
+        self.write_status()
         return StackInfo(
             api_url=api_url,
             nats_url=self.nats.client_url,
             websocket_url=self.nats.websocket_url,
-            database_url=database_url,
+            database_url=urls["admin"],
             ca_file=tls.ca_cert,
             user=user,
             token=token,
             control_user=CONTROL_USER,
             control_password=password,
             state_dir=self.state.root,
+            database_urls=urls,
         )
 
-    def supervise_once(self) -> None:
-        """Restart any service that died; apply site credential changes to nats-server."""
+    def supervised(self) -> Iterator[tuple[str, Supervised]]:
+        """Every process this stack started, by name, in the order they are checked."""
+        if self.postgres is not None:
+            yield "postgres", self.postgres
+        if self.nats is not None:
+            yield "nats-server", self.nats
         for service in self.services:
-            service.ensure_running()
+            yield service.name, service
+
+    def supervise_once(self) -> None:
+        """Restart what died (with backoff); apply site credential changes to nats-server."""
+        if self.supervisor is not None:
+            self.supervisor.step()
+
+    def supervise(self, stop: threading.Event, interval_s: float = 1.0) -> None:
+        """Supervise until ``stop`` is set (``lode up`` runs this in a thread)."""
+        if self.supervisor is None:
+            stop.wait()  # not started: nothing to supervise
+            return
+        self.supervisor.run(stop, interval_s)
+
+    def status(self) -> dict[str, Any]:
+        """Pids, restarts and errors of the supervised processes, and the credential sync."""
+        status: dict[str, Any] = {}
+        if self.supervisor is not None:
+            status.update(self.supervisor.status(self.supervised()))
         if self.credentials is not None:
-            self.credentials.sync_once()
+            status["credentials"] = self.credentials.status()
+        return status
+
+    def write_status(self) -> None:
+        """``status.json`` in the state dir, rewritten only when something changed."""
+        status = self.status()
+        if status != self._status:
+            self.state.write_private_json(self.state.status_file, status)
+            self._status = status
 
     def stop(self) -> None:
         for service in reversed(self.services):
@@ -181,6 +219,65 @@ class EmbeddedStack:
         if self.nats is not None:
             self.nats.stop()
             self.nats = None
+
+    def _start_services(self, env: dict[str, str], urls: dict[StackRole, str]) -> str:
+        """Start the services, each with its own Postgres role; the API's URL once it answers."""
+        self.services = [
+            ServiceProcess(
+                name,
+                [sys.executable, "-m", module],
+                {**env, "LODE_DATABASE_URL": urls[role]},
+                self.state.logs / f"{name}.log",
+            )
+            for name, module, role in SERVICES
+        ]
+        for service in self.services:
+            service.start()
+        api_url = f"http://127.0.0.1:{self.ports.api}"
+        self._wait_http(f"{api_url}/healthz", self.services[-1])
+        return api_url
+
+    def _start_supervision(self, credentials: CredentialSync) -> None:
+        credentials.sync_once()  # sites registered in an earlier run may connect again
+        self.credentials = credentials
+        self.supervisor = Supervisor(
+            self.supervised,
+            [("credential sync", credentials.sync_once), ("status file", self.write_status)],
+            on_restart={"nats-server": credentials.invalidate},
+        )
+
+    def _start_nats(self, password: str, tls: TlsFiles) -> NatsServer:
+        # No site keys yet: the credential sync adds them once Postgres is up.
+        nats = NatsServer(
+            NatsServerConfig(
+                server_name="lode-embedded",
+                store_dir=self.state.jetstream,
+                client_port=self.ports.nats,
+                websocket_port=self.ports.websocket,
+                http_port=self.ports.nats_http,
+                tls=tls,
+                authorization=render_authorization(CONTROL_USER, password, {}),
+            ),
+            self.state.nats,
+        )
+        nats.start()
+        return nats
+
+    def _start_postgres(self, secrets: StackSecrets) -> dict[StackRole, str]:
+        """Start Postgres, migrate, grant; the URL of each role (``admin``: the superuser)."""
+        self.postgres = EmbeddedPostgres(
+            self.state.pg_data, self.ports.postgres, password=secrets.postgres_password("admin")
+        )
+        self.postgres.ensure_initialized()
+        self.postgres.start()  # upgrades a cluster an older `lode up` left on trust auth
+        self.postgres.create_database(DATABASE)
+        admin_url = self.postgres.url(DATABASE)
+        migrate.upgrade(admin_url)
+        apply_roles(admin_url, DATABASE, {role: secrets.postgres[role] for role in SERVICE_ROLES})
+        return {
+            role: self.postgres.url(DATABASE, user=name, password=secrets.postgres_password(role))
+            for role, name in ROLE_NAMES.items()
+        }
 
     def _local_user(self, database_url: str, user: str, api_url: str) -> tuple[str, str]:
         from services.api.users import create_user  # noqa: PLC0415 - keeps FastAPI out of import

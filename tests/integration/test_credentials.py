@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import psycopg
 import pytest
 
 from lodestream.embedded.credentials import CredentialSync
@@ -47,3 +48,65 @@ async def test_registering_and_removing_a_site_changes_who_may_connect(
         await alpha.close()
         with pytest.raises(Exception, match=r"(?i)authorization"):
             await connect_site(secure_nats, "alpha")
+
+
+def _put_site(database_url: str, name: str, public_key: str) -> None:
+    """A site row straight into the read model, where CredentialSync reads keys from."""
+    with psycopg.connect(database_url) as conn:
+        conn.execute(
+            "INSERT INTO rm.sites (name, id, owner, public_key, created_at, last_seq) "
+            "VALUES (%s, %s, 'ada', %s, now(), 1) "
+            "ON CONFLICT (name) DO UPDATE SET public_key = EXCLUDED.public_key",
+            (name, derived_id("site", name), public_key),
+        )
+
+
+async def test_a_bad_key_is_left_out_and_every_other_site_still_gets_in(
+    secure_nats: SecureNats, database_url: str
+) -> None:
+    keys = dict(secure_nats.public_keys)
+    secure_nats.set_sites({})  # nobody registered yet
+    sync = CredentialSync(secure_nats.server, database_url, secure_nats.user, secure_nats.password)
+    good_key = keys["alpha"]
+    bad_key = good_key[:-1] + ("A" if good_key[-1] != "A" else "B")  # checksum no longer holds
+    _put_site(database_url, "alpha", good_key)
+    _put_site(database_url, "beta", bad_key)
+
+    assert sync.sync_once()
+
+    assert sync.refused == 0
+    assert set(sync.invalid) == {"beta"}
+    assert "checksum" in sync.invalid["beta"]
+    config = secure_nats.server.config_path.read_text()
+    assert good_key in config
+    assert bad_key not in config
+    alpha = await connect_site(secure_nats, "alpha")
+    await alpha.close()
+
+    # The site fixes its key: it is applied, and reported no more.
+    _put_site(database_url, "beta", keys["beta"])
+    assert sync.sync_once()
+    assert sync.invalid == {}
+    beta = await connect_site(secure_nats, "beta")
+    await beta.close()
+
+
+async def test_keys_are_applied_again_after_nats_server_restarts(
+    secure_nats: SecureNats, database_url: str
+) -> None:
+    server = secure_nats.server
+    keys = dict(secure_nats.public_keys)
+    secure_nats.set_sites({})
+    sync = CredentialSync(server, database_url, secure_nats.user, secure_nats.password)
+    assert not sync.sync_once()  # no sites: the server already runs on that
+
+    server.kill()
+    _put_site(database_url, "alpha", keys["alpha"])
+    assert not sync.sync_once()  # down: nothing to reload, and no error either
+    server.restart()
+    sync.invalidate()  # what the supervisor does after restarting nats-server
+    assert sync.sync_once()
+
+    alpha = await connect_site(secure_nats, "alpha")
+    await alpha.close()
+    assert sync.status()["reloads"] == 1

@@ -6,13 +6,16 @@ Each test runs its own server (not the session's) in its own directory.
 from __future__ import annotations
 
 import os
+import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
-from infra.postgres.errors import ServerStartError
+from infra.postgres import hba
+from infra.postgres.errors import AuthenticationError, ServerStartError
 from infra.postgres.server import EmbeddedPostgres
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import FAST_SETTINGS, start_server
@@ -170,3 +173,92 @@ def test_start_requires_an_initialised_cluster(postgres_dir: Path) -> None:
 
     with pytest.raises(ServerStartError, match="ensure_initialized"):
         fresh.start()
+
+
+def test_a_trusting_cluster_from_an_older_lode_up_is_upgraded_in_place(
+    postgres_dir: Path,
+) -> None:
+    old = start_server(postgres_dir / "data", FAST_SETTINGS)  # no password: trust, as before
+    with psycopg.connect(old.url()) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, note text)")
+        conn.execute("INSERT INTO notes VALUES (1, 'kept')")
+    old.stop()
+    assert hba.trusts((postgres_dir / "data" / "pg_hba.conf").read_text())
+
+    upgraded = EmbeddedPostgres(
+        postgres_dir / "data", old.port, settings=FAST_SETTINGS, password="s3cret"
+    )
+    upgraded.start()
+    try:
+        assert _rows(upgraded) == [(1, "kept")]
+        with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+            psycopg.connect(upgraded.url(password=""))
+        assert not hba.trusts((postgres_dir / "data" / "pg_hba.conf").read_text())
+        upgraded.stop()
+        upgraded.start()  # already upgraded: starts as is
+        assert _rows(upgraded) == [(1, "kept")]
+    finally:
+        upgraded.stop()
+
+
+def test_a_new_cluster_with_a_password_trusts_nobody(postgres_dir: Path) -> None:
+    server = start_server(postgres_dir / "data", FAST_SETTINGS, password="pw")
+    try:
+        assert server.url() == f"postgresql://postgres:pw@127.0.0.1:{server.port}/postgres"
+        assert not hba.trusts((postgres_dir / "data" / "pg_hba.conf").read_text())
+        with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+            psycopg.connect(server.url(password=""))
+        with psycopg.connect(server.url()) as conn:
+            stored = conn.execute(
+                "SELECT rolpassword FROM pg_authid WHERE rolname = 'postgres'"
+            ).fetchone()
+        assert stored is not None
+        assert str(stored[0]).startswith("SCRAM-SHA-256$")
+        assert not list((postgres_dir / "data.run").glob("*.pw"))  # initdb's password file
+    finally:
+        server.stop()
+
+
+def test_a_wrong_superuser_password_fails_fast(postgres_dir: Path) -> None:
+    server = start_server(postgres_dir / "data", FAST_SETTINGS, password="right")
+    server.stop()
+    wrong = EmbeddedPostgres(postgres_dir / "data", server.port, settings=FAST_SETTINGS,
+                             password="wrong", start_timeout_s=600)  # fmt: skip
+
+    with pytest.raises(AuthenticationError, match="refuses the superuser password"):
+        wrong.start()  # not after start_timeout_s: a password does not start working later
+
+    assert wrong.pid is None
+
+
+def test_restart_after_an_outside_sigkill(postgres_dir: Path) -> None:
+    # Durable settings: with synchronous_commit off a SIGKILL may lose the last commit.
+    server = start_server(postgres_dir / "data")
+    try:
+        _sigkill_then_restart(server)
+    finally:
+        server.stop()
+
+
+def _sigkill_then_restart(server: EmbeddedPostgres) -> None:
+    with psycopg.connect(server.url()) as conn:
+        conn.execute("CREATE TABLE notes (id int PRIMARY KEY, note text)")
+        conn.execute("INSERT INTO notes VALUES (1, 'committed')")
+    pid = server.pid
+    assert pid is not None
+    assert not server.exited
+
+    os.kill(pid, signal.SIGKILL)  # not server.kill(): a crash nobody asked for
+    while server.pid is not None:
+        time.sleep(0.01)
+    assert server.exited
+    for _ in range(100):  # its backends may still hold the shared memory for a moment
+        try:
+            server.restart()
+            break
+        except ServerStartError:
+            time.sleep(0.1)
+
+    assert not server.exited
+    assert server.pid not in (None, pid)
+    assert _rows(server) == [(1, "committed")]

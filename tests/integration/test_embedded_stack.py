@@ -1,17 +1,28 @@
-"""``lode up`` as a user runs it: the demo to completion, then a restart on the same state."""
+"""``lode up`` as a user runs it: the demo, a restart on the same state, and what it survives.
+
+The supervision tests share one ``lode up`` (module fixture); each kills one
+part and waits until the stack is whole again, so they run in any order.
+"""
 
 from __future__ import annotations
 
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
 
+from infra.nats.auth import new_user_seed, user_public_key
+from infra.postgres.hba import trusts
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import postgres_tempdir
 
@@ -68,3 +79,190 @@ def run_twice(state: Path) -> None:
         out, _ = second.communicate(timeout=60)
     assert second.returncode == 0, out
     assert "stopped; state kept in" in out
+
+
+# --- supervision: everything `lode up` started comes back, whatever dies ------------------
+
+# Generous limits for a loaded machine; tests wait for states, never assert durations.
+WAIT_S = 120.0
+
+
+class LodeUp:
+    """One `lode up` process on a state dir, with what the tests read back from it."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+        self.ports = {"nats": free_port(), "ws": free_port(), "pg": free_port(), "api": free_port()}
+        self.api_url = f"http://127.0.0.1:{self.ports['api']}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "client.cli.main", "up", "--state-dir", str(self.state),
+             "--nats-port", str(self.ports["nats"]), "--websocket-port", str(self.ports["ws"]),
+             "--postgres-port", str(self.ports["pg"]), "--api-port", str(self.ports["api"])],
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.wait_for(lambda: self.ready() and (self.state / "status.json").exists(), "start")
+
+    def stop(self) -> str:
+        assert self.proc is not None
+        self.proc.terminate()
+        out, _ = self.proc.communicate(timeout=WAIT_S)
+        assert self.proc.returncode == 0, out
+        self.proc = None
+        return out
+
+    def status(self) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.state / "status.json").read_text())
+        return data
+
+    def process(self, name: str) -> dict[str, Any]:
+        entry: dict[str, Any] = self.status()["processes"][name]
+        return entry
+
+    def ready(self) -> bool:
+        """The API answers /readyz: it reaches NATS (the stream) and Postgres."""
+        try:
+            return httpx.get(f"{self.api_url}/readyz", timeout=5).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def admin_url(self) -> str:
+        env = json.loads((self.state / "env.json").read_text())
+        return str(env["database_urls"]["admin"])
+
+    def wait_for(self, condition: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + WAIT_S
+        while not condition():
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"lode up exited while waiting for {what}")
+            if time.monotonic() > deadline:
+                raise AssertionError(f"gave up waiting for {what}: {self.status()}")
+            time.sleep(0.1)
+
+    def kill_and_wait_restart(self, name: str) -> None:
+        before = self.process(name)
+        os.kill(before["pid"], signal.SIGKILL)
+        self.wait_for(
+            lambda: (
+                self.process(name)["restarts"] > before["restarts"]
+                and self.process(name)["pid"] not in (None, before["pid"])
+            ),
+            f"{name} to be restarted",
+        )
+
+
+@pytest.fixture(scope="module")
+def lode_up_stack() -> Iterator[LodeUp]:
+    with postgres_tempdir() as root:
+        stack = LodeUp(root / "state")
+        stack.start()
+        try:
+            yield stack
+        finally:
+            if stack.proc is not None:
+                stack.stop()
+
+
+def test_sigkilled_nats_server_is_restarted_and_the_services_reconnect(
+    lode_up_stack: LodeUp,
+) -> None:
+    lode_up_stack.kill_and_wait_restart("nats-server")
+
+    lode_up_stack.wait_for(lode_up_stack.ready, "the API to reach NATS again")
+    assert lode_up_stack.status()["supervisor"]["errors"] == 0
+
+
+def test_sigkilled_postgres_is_restarted_and_the_services_reconnect(
+    lode_up_stack: LodeUp,
+) -> None:
+    lode_up_stack.kill_and_wait_restart("postgres")
+
+    lode_up_stack.wait_for(lode_up_stack.ready, "the API to reach Postgres again")
+    client = json.loads((lode_up_stack.state / "client.json").read_text())
+    headers = {"Authorization": f"Bearer {client['token']}"}
+    lode_up_stack.wait_for(
+        lambda: httpx.get(f"{lode_up_stack.api_url}/jobs", headers=headers).status_code == 200,
+        "an authenticated read",
+    )
+
+
+def test_a_bad_site_key_neither_stops_supervision_nor_the_next_lode_up(
+    lode_up_stack: LodeUp,
+) -> None:
+    good = user_public_key(new_user_seed())
+    bad = good[:-1] + ("A" if good[-1] != "A" else "B")  # the pattern holds, the checksum not
+    with psycopg.connect(lode_up_stack.admin_url()) as conn:
+        for name, key in (("good", good), ("broken", bad)):
+            conn.execute(
+                "INSERT INTO rm.sites (name, id, owner, public_key, created_at, last_seq) "
+                "VALUES (%s, gen_random_uuid(), 'ada', %s, now(), 1)",
+                (name, key),
+            )
+    config = lode_up_stack.state / "nats" / "nats-server.conf"
+    lode_up_stack.wait_for(
+        lambda: bool(lode_up_stack.status()["credentials"]["invalid"]), "the bad key reported"
+    )
+    credentials = lode_up_stack.status()["credentials"]
+    assert set(credentials["invalid"]) == {"broken"}
+    assert credentials["refused"] == 0
+    assert good in config.read_text()  # the other sites' keys are applied all the same
+    assert bad not in config.read_text()
+
+    # Still supervising: a killed service comes back.
+    lode_up_stack.kill_and_wait_restart("controller")
+
+    # And a fresh `lode up` on this state starts, with the good key and without the bad one.
+    lode_up_stack.stop()
+    lode_up_stack.start()
+    lode_up_stack.wait_for(lambda: good in config.read_text(), "the good key after a restart")
+    assert bad not in config.read_text()
+    assert set(lode_up_stack.status()["credentials"]["invalid"]) == {"broken"}
+
+
+def test_admin_commands_work_from_the_state_dir_with_their_own_roles(
+    lode_up_stack: LodeUp,
+) -> None:
+    def lode(*args: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "client.cli.main", *args, "--state-dir",
+             str(lode_up_stack.state)],
+            capture_output=True, text=True, timeout=WAIT_S, check=False,
+            env={k: v for k, v in os.environ.items() if "DATABASE_URL" not in k},
+        )  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+        return result.stdout
+
+    token = lode("user", "create", "grace").strip().splitlines()[-1]
+    headers = {"Authorization": f"Bearer {token}"}
+    assert httpx.get(f"{lode_up_stack.api_url}/jobs", headers=headers).status_code == 200
+
+    assert "rebuilt" in lode("projector", "rebuild")  # the projector's role swaps rm
+    assert "migrations applied" in lode("migrate")
+    lode_up_stack.wait_for(lode_up_stack.ready, "the API after the rebuild")
+
+
+def test_a_state_dir_from_a_trusting_lode_up_is_upgraded_and_keeps_its_data(
+    lode_up_stack: LodeUp,
+) -> None:
+    client = json.loads((lode_up_stack.state / "client.json").read_text())
+    headers = {"Authorization": f"Bearer {client['token']}"}
+    lode_up_stack.stop()
+    # What an older `lode up` left: trust authentication and no Postgres passwords at all.
+    hba = lode_up_stack.state / "postgres" / "data" / "pg_hba.conf"
+    hba.write_text("local all all trust\nhost all all 127.0.0.1/32 trust\n")
+    secrets_file = lode_up_stack.state / "secrets.json"
+    secrets = json.loads(secrets_file.read_text())
+    del secrets["postgres"]
+    secrets_file.write_text(json.dumps(secrets))
+
+    lode_up_stack.start()
+
+    assert not trusts(hba.read_text())
+    assert "postgres" in json.loads(secrets_file.read_text())
+    response = httpx.get(f"{lode_up_stack.api_url}/jobs", headers=headers)
+    assert response.status_code == 200  # the user and token from before are still there
+    with pytest.raises(psycopg.OperationalError, match="no password supplied"):
+        psycopg.connect(f"postgresql://postgres@127.0.0.1:{lode_up_stack.ports['pg']}/lodestream")

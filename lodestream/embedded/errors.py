@@ -1,0 +1,16 @@
+"""Errors of the embedded stack (``lode up``).
+
+::
+
+    StackError        the stack could not start; the message says which part and why
+
+Errors of the servers themselves (:mod:`infra.nats.errors`,
+:mod:`infra.postgres.errors`) pass through unchanged at start-up; once the
+stack runs, the supervisor catches, logs and counts them instead, and retries.
+"""
+
+from __future__ import annotations
+
+
+class StackError(RuntimeError):
+    """The embedded stack could not start; the message says which part and why."""
