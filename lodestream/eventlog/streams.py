@@ -1,7 +1,10 @@
-"""The two streams, created or updated idempotently (ARCHITECTURE.md §3)."""
+"""The streams, created or updated idempotently (ARCHITECTURE.md §3)."""
 
 from __future__ import annotations
 
+import asyncio
+
+from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import RetentionPolicy, StorageType, StreamConfig, StreamSource
 from nats.js.errors import APIError, NotFoundError
@@ -17,6 +20,7 @@ HB_MARKER_TTL_S = 3600.0
 HEARTBEAT_TTL_S = 10.0
 # HBIN only has to hold a heartbeat until HB has sourced it.
 HB_IN_MAX_AGE_S = 600.0
+ENSURE_ATTEMPTS = 4
 
 
 def events_config(replicas: int = 1) -> StreamConfig:
@@ -100,6 +104,20 @@ async def ensure_streams(
 
 
 async def _ensure(js: JetStreamContext, config: StreamConfig) -> None:
+    # In a cluster, a stream being created or a meta leader being elected may leave a
+    # request unanswered for a moment; creating and updating are idempotent, so ask again.
+    for attempt in range(1, ENSURE_ATTEMPTS + 1):
+        try:
+            await _ensure_once(js, config)
+        except NatsTimeoutError:
+            if attempt == ENSURE_ATTEMPTS:
+                raise
+            await asyncio.sleep(0.5 * attempt)
+        else:
+            return
+
+
+async def _ensure_once(js: JetStreamContext, config: StreamConfig) -> None:
     assert config.name is not None
     try:
         await js.stream_info(config.name)
