@@ -16,6 +16,30 @@ log = logging.getLogger(__name__)
 ERROR_LOG_INTERVAL_S = 60.0
 
 
+class TolerantClient(Client):
+    """A client whose read loop survives a subject that is not UTF-8.
+
+    nats-server accepts any bytes in a subject token (``*`` matches them), so a site may
+    publish ``evt.<site>.job.\\xff.started`` on its own subjects and the stream stores it.
+    nats-py decodes every delivered subject strictly; the error ends its read loop without a
+    disconnect, and the consumer silently stops for every site. Decoded with replacement
+    characters instead, such a subject reaches our consumers, fails the shared rule and is
+    quarantined like any other malformed message.
+    """
+
+    def _build_message(
+        self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: dict[str, str] | None
+    ) -> Any:
+        return self.msg_class(
+            subject=subject.decode(errors="replace"),
+            reply=reply.decode(errors="replace"),
+            data=data,
+            headers=headers,
+            _client=self,
+            _sid=sid,
+        )
+
+
 def client_tls(ca_file: str | None) -> ssl.SSLContext | None:
     if ca_file is None:
         return None
@@ -55,7 +79,7 @@ async def connect(settings: NatsSettings, **overrides: Any) -> Client:
     if tls is not None:
         options["tls"] = tls
     options.update(overrides)
-    client = Client()
+    client = TolerantClient()
     try:
         await client.connect(**options)
     except BaseException:

@@ -127,15 +127,15 @@ class EventLog:
         if conflict.actual is None:
             return None
         try:
-            # The newest message of the aggregate, asked by subject: a site may direct-get
-            # only its own subjects ($JS.API.DIRECT.GET.EVENTS.evt.<site>.>), never by sequence.
-            stored = await self._js.get_msg(
-                EVENTS_STREAM, subject=event.aggregate_subjects, direct=True
-            )
+            # The newest message on the event's own subject (its type, at its aggregate), asked
+            # by subject: a site may direct-get only its own subjects
+            # ($JS.API.DIRECT.GET.EVENTS.evt.<site>.>), never by sequence. Not the aggregate's
+            # newest: others may have appended after ours landed (the controller's next step).
+            stored = await self._js.get_msg(EVENTS_STREAM, subject=event.subject, direct=True)
         except (APIError, NatsTimeoutError):
             return None
-        if stored.seq == conflict.actual and (stored.headers or {}).get(H_MSG_ID) == str(event.id):
-            return Appended(event, conflict.actual, duplicate=True)
+        if stored.seq is not None and (stored.headers or {}).get(H_MSG_ID) == str(event.id):
+            return Appended(event, stored.seq, duplicate=True)
         return None
 
 

@@ -9,6 +9,7 @@ same expected sequences, so nothing is appended twice.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections import OrderedDict
@@ -16,12 +17,14 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
+import psycopg
 from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import APIError, NotFoundError
 
-from lodestream.eventlog import Appended, EventLog, Rejected
+from lodestream.eventlog import Appended, EventLog, EventLogError, Rejected
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from lodestream.eventlog.pull import pull_consumer
 from schemas.envelope import Event
@@ -49,6 +52,22 @@ from services.controller.errors import ReadModelLag
 from services.controller.reads import ReadModel
 
 log = logging.getLogger(__name__)
+
+# What a batch can meet that is not its own fault: the read model behind or away, NATS away
+# or slow to answer. The batch is left unacked and decided again on redelivery.
+TRANSIENT = (
+    ReadModelLag,
+    psycopg.OperationalError,
+    EventLogError,
+    NatsError,
+    TimeoutError,
+    OSError,
+)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
 
 REACTS_TO = (
     "created", "awaiting_parents", "finished", "failed", "killed", "run_done",
@@ -125,8 +144,33 @@ class Controller:
         self.appended = 0
         self.conflicts = 0
         self.refused = 0  # messages the shared rule refused (counted, logged, acked)
+        self.retried = 0  # batches left for redelivery because Postgres or NATS was away
 
     async def run(self, stop: asyncio.Event) -> None:
+        delay = 0.5
+        while not stop.is_set():
+            try:
+                await self._start()
+                break
+            except TRANSIENT as exc:
+                # Postgres or NATS not there yet (or restarting): wait, do not crash-loop.
+                log.warning("controller: cannot start yet (%s); retrying", _first_line(exc))
+                await self._reads.close()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+                delay = min(delay * 2, 10.0)
+        if stop.is_set():
+            await self._reads.close()
+            return
+        try:
+            await asyncio.gather(
+                self._consume(EVENTS_STREAM, self._durable, self._on_events, stop),
+                self._consume(HB_STREAM, f"{self._durable}-hb", self._on_heartbeats, stop),
+            )
+        finally:
+            await self._reads.close()
+
+    async def _start(self) -> None:
         # Everything before the stream's end is in the read model once the projector gets
         # there; everything after comes to us (unacked or new), including every job.created.
         info = await self._js.stream_info(EVENTS_STREAM)
@@ -138,13 +182,6 @@ class Controller:
             await ensure_site_consumers(self._js, site)
         await ensure_durable(self._js, EVENTS_STREAM, self._durable, EVENT_FILTERS)
         await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
-        try:
-            await asyncio.gather(
-                self._consume(EVENTS_STREAM, self._durable, self._on_events, stop),
-                self._consume(HB_STREAM, f"{self._durable}-hb", self._on_heartbeats, stop),
-            )
-        finally:
-            await self._reads.close()
 
     async def _consume(self, stream: str, durable: str, handle: Any, stop: asyncio.Event) -> None:
         sub = await pull_consumer(self._js, stream, durable)
@@ -162,12 +199,16 @@ class Controller:
                     continue
                 try:
                     await handle(msgs)
-                except ReadModelLag as exc:
-                    # Unacked messages come back after ack_wait; nothing is lost.
-                    log.warning("controller %s: %s; will retry", stream, exc)
-                    continue
-                for msg in msgs:
-                    await msg.ack()
+                    for msg in msgs:
+                        await msg.ack()
+                except TRANSIENT as exc:
+                    # Postgres or NATS went away mid-batch. Unacked messages come back after
+                    # ack_wait and deciding again yields the same events: nothing is lost
+                    # and nothing is appended twice.
+                    self.retried += 1
+                    log.warning("controller %s: %s; will retry", stream, _first_line(exc))
+                    await self._reads.close()
+                    await asyncio.sleep(0.5)
         finally:
             await sub.stop()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import signal
 
 from lodestream.eventlog import ensure_streams
@@ -10,6 +11,9 @@ from lodestream.eventlog.jetstream import jetstream
 from lodestream.natsconn import connect
 from lodestream.settings import Settings
 from services.controller.loop import Controller
+
+log = logging.getLogger(__name__)
+DRAIN_TIMEOUT_S = 5.0
 
 
 async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
@@ -26,4 +30,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         )
         await Controller(js, settings.database_url).run(stop)
     finally:
-        await nc.drain()
+        # A drain that cannot finish (NATS away) must not hide why we are stopping.
+        try:
+            await asyncio.wait_for(nc.drain(), DRAIN_TIMEOUT_S)
+        except Exception as exc:  # shutting down either way
+            log.warning("controller: drain failed (%s); closing", exc)
+            await nc.close()

@@ -93,10 +93,16 @@ async def read_stream(
         while seen < last:
             msgs = await sub.fetch(batch, timeout=2.0)
             raws = [raw_from_msg(stream, m) for m in msgs]
+            if msgs and not any(r.seq <= last for r in raws):
+                return  # past the end we were asked for
             raws = [r for r in raws if r.seq <= last]
             if raws:
                 seen = raws[-1].seq
                 yield raws
+            elif (await js.consumer_info(stream, name)).num_pending == 0:
+                # Nothing left to deliver although ``last`` was not reached: the rest aged
+                # out (HB keeps heartbeats and markers only so long), so there is no more.
+                return
     finally:
         await sub.stop()
         with contextlib.suppress(NotFoundError):
