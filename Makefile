@@ -69,6 +69,13 @@ bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH
 bench-lifecycle: $(STAMP) ## Whole job lifecycle on a local site and pilot (LIFECYCLE_ARGS=--jobs 2000)
 	$(BIN)/python -m bench.lifecycle $(LIFECYCLE_ARGS)
 
+CHAOS_JOBS ?= 500
+CHAOS_ROUNDS ?= 3
+
+.PHONY: chaos
+chaos: $(STAMP) ## Chaos under load: every component SIGKILLed in turn (CHAOS_JOBS=500 CHAOS_ROUNDS=3)
+	LODE_CHAOS_JOBS=$(CHAOS_JOBS) LODE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(BIN)/pytest -q -s tests/chaos $(PYTEST_ARGS)
+
 .PHONY: clean
 clean: ## Remove caches (keeps the venv and the state dir)
 	rm -rf .mypy_cache .ruff_cache .pytest_cache build *.egg-info

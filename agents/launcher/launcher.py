@@ -41,6 +41,7 @@ from nats.js import JetStreamContext
 
 from agents.launcher.appends import append_patiently, transient
 from agents.launcher.jobs import exit_result, placement_of, start_failure, task_spec
+from agents.launcher.reads import created_spec
 from agents.launcher.report import LauncherReport
 from agents.launcher.session import LauncherSession
 from agents.launcher.tasks import Reaper, Tracked
@@ -289,7 +290,7 @@ class Launcher:
 
     async def _run_job(self, item: WorkItem, allocation: Allocation) -> None:
         try:
-            if await self._lease(item, allocation):
+            if await self._submitted(item) and await self._lease(item, allocation):
                 await self._run_leased(item, allocation)
         except Exception:  # one job's surprise must not leak its allocation or stop the pilot
             log.exception("launcher: job %s failed unexpectedly", item.job_id)
@@ -315,6 +316,30 @@ class Launcher:
                 self.report.errored += 1
             else:
                 self.report.finished += 1
+
+    async def _submitted(self, item: WorkItem) -> bool:
+        """Run only what a user submitted, as it was submitted.
+
+        A runnable event is site-writable (``job.preprocessed`` after the site's hook), so
+        whoever holds the site key could hand its pilots work nobody submitted; the job's
+        ``job.created``, which only the control plane can append, settles it.
+        """
+        try:
+            created = await created_spec(self._js, self._site, item.job_id)
+        except NotWork as exc:
+            created, why = None, str(exc)
+        except Exception as exc:  # NATS away: someone (maybe we) will try again
+            log.warning("launcher: cannot check job %s yet: %s", item.job_id, exc)
+            await settle(item.msg.nak(delay=NAK_DELAY_S))
+            return False
+        else:
+            why = "no job.created on the log"
+        if created is not None and created.model_dump() == item.spec.model_dump():
+            return True
+        if created is not None:
+            why = "its work differs from the job as submitted"
+        await self._skip(item.msg, f"job {item.job_id}: {why}")
+        return False
 
     async def _lease(self, item: WorkItem, allocation: Allocation) -> bool:
         started = JobStarted.create(

@@ -16,7 +16,9 @@ from nats.js.errors import NotFoundError
 
 from agents.launcher.work import trusted_event
 from schemas.envelope import Event
-from schemas.subjects import EVENTS_STREAM, aggregate_filter
+from schemas.events import JobCreated
+from schemas.resources import JobSpec
+from schemas.subjects import EVENTS_STREAM, aggregate_filter, event_subject
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,3 +40,20 @@ async def newest_event(
         return None
     event = trusted_event(stored.subject or "", stored.data, site)
     return Newest(int(stored.seq or 0), event)
+
+
+async def created_spec(js: JetStreamContext, site: str, job_id: uuid.UUID) -> JobSpec | None:
+    """The spec the control plane created job ``job_id`` with, or None if it never did.
+
+    ``job.created`` is a control-plane type: no site key can publish it, so its presence
+    on the site's own subject is proof that a user submitted the job. Raises
+    :class:`~agents.launcher.work.NotWork` if the rule refuses what is stored.
+    """
+    try:
+        stored = await js.get_msg(
+            EVENTS_STREAM, subject=event_subject(site, "job.created", job_id), direct=True
+        )
+    except NotFoundError:
+        return None
+    event = trusted_event(stored.subject or "", stored.data, site)
+    return event.data if isinstance(event, JobCreated) else None

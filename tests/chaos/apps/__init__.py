@@ -1,0 +1,1 @@
+"""Apps the chaos site defines (copied into its site directory)."""
