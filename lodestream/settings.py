@@ -34,6 +34,9 @@ class ApiSettings(BaseModel):
     max_jobs_per_request: int = Field(5000, ge=1, le=100_000)
     wait_timeout_s: float = Field(30.0, gt=0)
     max_page_size: int = Field(1000, ge=1, le=1000)  # the limit the OpenAPI document states
+    # Keys the ids of idempotent submissions; every api instance needs the same value.
+    # Unset: the control plane's NATS password. Changing it changes those ids.
+    id_secret: SecretStr | None = None
 
 
 class ProjectorSettings(BaseModel):

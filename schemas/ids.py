@@ -7,6 +7,8 @@ strictly increasing (which keeps B-tree inserts append-only).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import os
 import threading
 import time
@@ -48,3 +50,21 @@ def derived_id(*parts: str) -> uuid.UUID:
     """A stable id for a fact that is defined by its cause, so a retry mints the same id."""
     # Length-prefixed so ("a/b", "c") and ("a", "b/c") can never collide.
     return uuid.uuid5(LODESTREAM_NAMESPACE, "".join(f"{len(p)}:{p}" for p in parts))
+
+
+def keyed_id(secret: bytes, *parts: str) -> uuid.UUID:
+    """A stable id that only the holders of ``secret`` can compute (a UUIDv8).
+
+    For ids whose inputs an outsider can guess (a user's name and a client's idempotency
+    key): JetStream de-duplicates ``Nats-Msg-Id`` across the whole stream, so a site that
+    could compute the id of a user's next submission could publish it first, on its own
+    subject, and have the submission dropped as a duplicate. Without a secret this is
+    :func:`derived_id`.
+    """
+    if not secret:
+        return derived_id(*parts)
+    message = "".join(f"{len(p)}:{p}" for p in parts).encode()
+    digest = bytearray(hmac.new(secret, message, hashlib.sha256).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x80  # version 8: custom
+    digest[8] = (digest[8] & 0x3F) | 0x80  # RFC 9562 variant
+    return uuid.UUID(bytes=bytes(digest))

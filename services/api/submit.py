@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from lodestream.settings import Settings
 from schemas.events.job import JobCreated
-from schemas.ids import derived_id, uuid7
+from schemas.ids import keyed_id, uuid7
 from services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
 from services.api.models import JobSubmission, SubmitRequest
 
@@ -71,13 +72,18 @@ def actor(user: str) -> str:
     return f"user:{user}"
 
 
-def job_ids(request: SubmitRequest, user: str) -> list[uuid.UUID]:
-    """The id of each job: the client's, else derived from the key, else a fresh UUIDv7."""
+def job_ids(request: SubmitRequest, user: str, secret: bytes) -> list[uuid.UUID]:
+    """The id of each job: the client's, else derived from the key, else a fresh UUIDv7.
+
+    A derived id is keyed with the control plane's ``secret``: a user's name and key are
+    guessable, and a site that could compute a submission's ids could pre-empt its
+    ``Nats-Msg-Id`` (see :func:`schemas.ids.keyed_id`).
+    """
     key = request.idempotency_key
     return [
         job.id
         if job.id is not None
-        else (derived_id("job", user, key, str(index)) if key is not None else uuid7())
+        else (keyed_id(secret, "job", user, key, str(index)) if key is not None else uuid7())
         for index, job in enumerate(request.jobs)
     ]
 
@@ -87,8 +93,15 @@ def needs_existence_check(request: SubmitRequest) -> bool:
     return request.idempotency_key is not None or any(j.id is not None for j in request.jobs)
 
 
-def event_id(job_id: uuid.UUID, key: str | None) -> uuid.UUID:
-    return derived_id("job.created", str(job_id), key) if key is not None else uuid7()
+def event_id(job_id: uuid.UUID, key: str | None, secret: bytes) -> uuid.UUID:
+    return keyed_id(secret, "job.created", str(job_id), key) if key is not None else uuid7()
+
+
+def id_secret(settings: Settings) -> bytes:
+    """What derived ids are keyed with: ``LODE_API__ID_SECRET``, else the control plane's
+    NATS password, which every api instance shares and no site knows."""
+    secret = settings.api.id_secret or settings.nats.password
+    return secret.get_secret_value().encode() if secret is not None else b""
 
 
 def named_sites(request: SubmitRequest) -> set[str]:
@@ -187,6 +200,7 @@ def build_events(
     *,
     user: str,
     now: datetime,
+    secret: bytes,
 ) -> Plan:
     """One ``job.created`` per job, except jobs this very request (a retry) already created.
 
@@ -198,7 +212,7 @@ def build_events(
     already: dict[int, Existing] = {}
     conflicts: list[dict[str, Any]] = []
     for index, (job, job_id) in enumerate(zip(request.jobs, ids, strict=True)):
-        eid = event_id(job_id, key)
+        eid = event_id(job_id, key, secret)
         existing = catalog.existing.get(job_id)
         if existing is not None:
             if existing.owner == user and existing.created_event_id == eid:

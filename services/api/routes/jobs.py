@@ -93,7 +93,8 @@ async def submit_jobs(
     """Append one ``job.created`` per job, or nothing when any job is invalid or too large."""
     budget = waiting.wait_budget(wait_timeout, ctx.settings.api.wait_timeout_s)
     submission = parse_submission(await request.body(), ctx.settings.api.max_jobs_per_request)
-    ids = submit.job_ids(submission, user)
+    secret = submit.id_secret(ctx.settings)
+    ids = submit.job_ids(submission, user, secret)
     async with ctx.engine.connect() as conn:
         catalog = await queries.catalog(
             conn,
@@ -103,7 +104,7 @@ async def submit_jobs(
             ids=ids if submit.needs_existence_check(submission) else None,
         )
     submit.check(submission, ids, catalog)
-    plan = submit.build_events(submission, ids, catalog, user=user, now=now())
+    plan = submit.build_events(submission, ids, catalog, user=user, now=now(), secret=secret)
     _ensure_fit(plan.to_append, ids, ctx.nc.max_payload)
     outcomes = iter(await appends.append_created(ctx.log, ctx.js, plan.to_append))
     results: list[Accepted | Refused] = [
