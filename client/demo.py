@@ -10,6 +10,7 @@ projector folds from the events.
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 import uuid
 from collections import Counter
@@ -60,12 +61,29 @@ def demo_jobs(batch: str, count: int, site: str = DEMO_SITE) -> list[dict[str, A
     return jobs
 
 
-def wait_for_app(client: LodeClient, site: str, app: str, timeout_s: float = 60) -> None:
+class DemoStopped(Exception):
+    """Ctrl-C or SIGTERM arrived while the demo ran."""
+
+
+def wait_for_app(
+    client: LodeClient,
+    site: str,
+    app: str,
+    timeout_s: float = 60,
+    stop: threading.Event | None = None,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not any(a["name"] == app for a in client.list_apps(site)):
         if time.monotonic() > deadline:
             raise TimeoutError(f"site {site} did not register app {app!r} in {timeout_s:.0f}s")
-        time.sleep(0.25)
+        _pause(0.25, stop)
+
+
+def _pause(seconds: float, stop: threading.Event | None) -> None:
+    if stop is None:
+        time.sleep(seconds)
+    elif stop.wait(seconds):
+        raise DemoStopped("stopped")
 
 
 def run_demo(
@@ -74,9 +92,12 @@ def run_demo(
     *,
     timeout_s: float = 600,
     progress: Callable[[dict[str, int]], None] | None = None,
+    stop: threading.Event | None = None,
 ) -> DemoReport:
+    """Submit the demo workload and follow it until every job is final (or ``stop`` is set,
+    which raises :class:`DemoStopped`)."""
     started = time.monotonic()
-    wait_for_app(client, DEMO_SITE, DEMO_APP)
+    wait_for_app(client, DEMO_SITE, DEMO_APP, stop=stop)
     batch = time.strftime("%Y%m%dT%H%M%S")
     jobs = demo_jobs(batch, count)
     t0 = time.perf_counter()
@@ -91,7 +112,7 @@ def run_demo(
             progress(dict(states))
         if sum(states[s] for s in FINAL) == len(jobs) or time.monotonic() > deadline:
             break
-        time.sleep(1.0)
+        _pause(1.0, stop)
     return _report(projected, submit_seconds, tag, time.monotonic() - started)
 
 

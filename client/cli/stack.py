@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 
 from client.cli.common import STATE_DIR_OPTION, console, err_console
 from client.config import ClientConfig
-from client.demo import DEMO_SITE, run_demo
+from client.demo import DEMO_SITE, DemoStopped, run_demo
 from client.errors import ApiError
 from client.sdk import LodeClient
 from client.sites import init_site_dir
@@ -60,7 +60,11 @@ def up(
                 _start_local_site(stack, info)
         supervisor.start()
         if demo:
-            _demo(info, demo_jobs)
+            try:
+                _demo(info, demo_jobs, stop)
+            except DemoStopped:
+                console.print("demo interrupted")
+                return
             if exit_after_demo:
                 return
         console.print("[dim]stack running — Ctrl-C to stop[/dim]")
@@ -127,12 +131,12 @@ def _start_local_site(stack: EmbeddedStack, info: StackInfo) -> None:
         stack.services.append(service)
 
 
-def _demo(info: StackInfo, count: int) -> None:
+def _demo(info: StackInfo, count: int, stop: threading.Event) -> None:
     def show(states: dict[str, int]) -> None:
         console.print("  " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
 
     with LodeClient(ClientConfig(info.api_url, info.token)) as client:
-        report = run_demo(client, count, progress=show)
+        report = run_demo(client, count, progress=show, stop=stop)
     console.print(
         f"demo: {report.submitted} jobs submitted in {report.submit_seconds * 1000:.0f} ms, "
         f"all final after {report.seconds:.1f}s"
