@@ -35,13 +35,13 @@ import psycopg
 
 from bench.probe import CpuMeter
 from bench.stack import free_ports
-from client.sites import init_site_dir
+from lodestream.client.sites import init_site_dir
 from lodestream.embedded import EmbeddedStack, StackInfo
 from lodestream.embedded.process import ServiceProcess
 
 SITE = "lifebench"
 APPS = """
-from agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.apps import ApplicationDefinition
 
 
 class Noop(ApplicationDefinition):
@@ -87,7 +87,7 @@ class LifecycleBench:
                                  json={"name": SITE, "public_key": public_key})  # fmt: skip
             response.raise_for_status()
         self.stack.supervise_once()
-        cli = [sys.executable, "-m", "client.cli.main"]
+        cli = [sys.executable, "-m", "lodestream.client.cli.main"]
         agent = ServiceProcess("site-agent", [*cli, "site", "start", str(site_dir)], {},
                                self.root / "agent.log")  # fmt: skip
         agent.start()
@@ -98,7 +98,8 @@ class LifecycleBench:
         return info
 
     def start_pilot(self, name: str) -> ServiceProcess:
-        cli = [sys.executable, "-m", "client.cli.main", "launcher", "--site", str(self.site_dir),
+        cli = [sys.executable, "-m", "lodestream.client.cli.main", "launcher",
+               "--site", str(self.site_dir),
                "--wall-time-min", "600"]  # fmt: skip
         pilot = ServiceProcess(name, cli, {}, self.root / f"{name}.log")
         opened = self._open_sessions()

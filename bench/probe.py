@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from psycopg import AsyncConnection
 
 from bench.stack import BenchError
-from schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.subjects import EVENTS_STREAM
 
 SAMPLE_INTERVAL_S = 0.05
 _CLK_TCK = os.sysconf("SC_CLK_TCK")

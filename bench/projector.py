@@ -110,7 +110,7 @@ async def profiled(bench: Bench, jobs: int, out: Path, timeout_s: float) -> dict
     """The live run again, smaller, with the projector under cProfile (rates not comparable)."""
     items = bench.events.lifecycle_waves(await bench.take_fresh_jobs(jobs, timeout_s))
     await bench.positions.caught_up(timeout_s, "before the profiled run")
-    with bench.stack.profiled("projector", "services.projector", out):
+    with bench.stack.profiled("projector", "lodestream.services.projector", out):
         started = time.perf_counter()
         appended = await bench.appender.append(items, timeout_s)
         await bench.positions.caught_up(timeout_s, "profiled projector catching up")

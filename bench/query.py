@@ -22,8 +22,8 @@ from bench.dataset import jobs_in_read_model, load_jobs
 from bench.stack import BenchError, load_profile
 from bench.stats import latency_ms, percentile, profile_summary
 from bench.summary import row
-from infra.postgres.migrate import sqlalchemy_url
-from services.api import queries
+from lodestream.infra.postgres.migrate import sqlalchemy_url
+from lodestream.services.api import queries
 
 TARGET_JOBS = 1_000_000
 REQUESTS = 200
@@ -121,7 +121,7 @@ async def read_model_facts(bench: Bench) -> dict[str, Any]:
 
 async def profiled(bench: Bench, params: Params, out: Path) -> dict[str, Any]:
     """The API under cProfile while it answers ``params`` (latencies not comparable)."""
-    with bench.stack.profiled("api", "services.api", out):
+    with bench.stack.profiled("api", "lodestream.services.api", out):
         latency = await http_latency(bench, params, requests=PROFILED_REQUESTS)
     stats = load_profile(out)
     return {

@@ -32,11 +32,11 @@ from bench.summary import row
 from bench.workload import Events
 from lodestream.eventlog import EventLog
 from lodestream.natsconn import connect
+from lodestream.schemas.events import SiteRegistered
+from lodestream.schemas.events.site import SiteRegisteredData
+from lodestream.schemas.ids import derived_id
+from lodestream.services.projector.rebuild import Rebuild, RebuildReport
 from lodestream.settings import NatsSettings
-from schemas.events import SiteRegistered
-from schemas.events.site import SiteRegisteredData
-from schemas.ids import derived_id
-from services.projector.rebuild import Rebuild, RebuildReport
 
 TARGET_JOBS = 1_000_000
 PROFILE_JOBS = 40_000  # about 108,000 events for the profiled rebuild (scaled)
@@ -177,7 +177,7 @@ def _rss_mb() -> int:
 
 async def timed_rebuild(bench: Bench) -> dict[str, Any]:
     marks = _Marks()
-    rebuild_log = logging.getLogger("services.projector.rebuild")
+    rebuild_log = logging.getLogger("lodestream.services.projector.rebuild")
     rebuild_log.addHandler(marks)
     rebuild_log.setLevel(logging.INFO)
     meter = CpuMeter(bench.stack.pids()).start()

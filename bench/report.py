@@ -14,8 +14,8 @@ import orjson
 
 from bench.probe import OTHERS
 from bench.stats import REPO
-from infra.nats.server import find_binary
-from infra.postgres.server import postgres_bin_dir
+from lodestream.infra.nats.server import find_binary
+from lodestream.infra.postgres.server import postgres_bin_dir
 
 LIBRARIES = ("nats-py", "psycopg", "sqlalchemy", "pydantic", "fastapi", "uvicorn", "orjson")
 

@@ -173,7 +173,7 @@ async def profiled(bench: Bench, per_request: int, out: Path, timeout_s: float) 
     ]
     latencies: list[float] = []
     failures: list[str] = []
-    with bench.stack.profiled("api", "services.api", out):
+    with bench.stack.profiled("api", "lodestream.services.api", out):
         async with asyncio.timeout(timeout_s):
             bench.fresh_jobs.extend(await _post_all(bench, bodies, latencies, failures))
     stats = load_profile(out)

@@ -17,12 +17,18 @@ from typing import Any, Final
 import orjson
 
 from lodestream.eventlog.append import H_EXPECTED_STREAM, H_MSG_ID
-from schemas.codec import decode
-from schemas.events import JobCreated, JobFinished, JobPreprocessed, JobRunDone, JobStarted
-from schemas.events.job import FinishedData, RunResultData, StartedData, StepData
-from schemas.ids import uuid7
-from schemas.resources import JobSpec
-from schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.codec import decode
+from lodestream.schemas.events import (
+    JobCreated,
+    JobFinished,
+    JobPreprocessed,
+    JobRunDone,
+    JobStarted,
+)
+from lodestream.schemas.events.job import FinishedData, RunResultData, StartedData, StepData
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.subjects import EVENTS_STREAM
 
 APPS: Final = ("sim", "reco", "calib", "train")
 LIFECYCLE: Final = ("preprocessed", "started", "run_done", "finished")

@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from client.errors import NotConfigured
+from lodestream.client.errors import NotConfigured
 
 USER_CONFIG = Path("~/.config/lodestream/client.json").expanduser()
 

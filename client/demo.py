@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from client.sdk import LodeClient
+from lodestream.client.sdk import LodeClient
 
 DEMO_SITE = "local"
 DEMO_APP = "eigh"

@@ -19,8 +19,8 @@ from typing import Any, Self
 
 import httpx
 
-from client.config import ClientConfig, resolve
-from client.errors import ApiError, Unreachable
+from lodestream.client.config import ClientConfig, resolve
+from lodestream.client.errors import ApiError, Unreachable
 
 Json = dict[str, Any]
 

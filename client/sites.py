@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from agents.site.settings import SiteSettings
-from infra.nats.auth import new_user_seed, user_public_key
-from schemas.subjects import check_site
+from lodestream.agents.site.settings import SiteSettings
+from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.subjects import check_site
 
 EXAMPLE_APPS = Path(__file__).resolve().parents[1] / "agents" / "site" / "apps" / "examples"
 

@@ -22,16 +22,16 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from platform_adapters.compute.base import (
+from lodestream.platform_adapters.compute.base import (
     OCCUPANCY_SLACK,
     ComputeNode,
     NodePlacement,
     NodeSpec,
 )
-from platform_adapters.errors import InvalidNodeSpec, InvalidRequest, UnknownJob
+from lodestream.platform_adapters.errors import InvalidNodeSpec, InvalidRequest, UnknownJob
 
 if TYPE_CHECKING:
-    from schemas.resources import JobResources
+    from lodestream.schemas.resources import JobResources
 
 _AT_LEAST_ONE = (
     "num_nodes",
@@ -77,7 +77,7 @@ class JobRequest:
 
     @classmethod
     def from_resources(cls, job_id: str, resources: JobResources) -> JobRequest:
-        """The request of a job as submitted (``schemas.resources.JobResources``)."""
+        """The request of a job as submitted (``lodestream.schemas.resources.JobResources``)."""
         return cls(
             job_id=job_id,
             num_nodes=resources.num_nodes,

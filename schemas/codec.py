@@ -2,7 +2,7 @@
 
 Decoding is one pass through a pydantic discriminated union keyed on
 ``type``; old ``v`` values are first upcast by the functions registered in
-:mod:`schemas.upcast`. Nothing is ever rewritten on the log.
+:mod:`lodestream.schemas.upcast`. Nothing is ever rewritten on the log.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Annotated, Any, Final
 import orjson
 from pydantic import Field, TypeAdapter, ValidationError
 
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     APP_EVENTS,
     BATCH_EVENTS,
     JOB_EVENTS,
@@ -21,7 +21,7 @@ from schemas.events import (
     SITE_EVENTS,
     XFER_EVENTS,
 )
-from schemas.upcast import UpcastError, upcast
+from lodestream.schemas.upcast import UpcastError, upcast
 
 ALL_EVENTS: Final[tuple[type[Event], ...]] = (
     JOB_EVENTS + BATCH_EVENTS + SESSION_EVENTS + XFER_EVENTS + APP_EVENTS + SITE_EVENTS

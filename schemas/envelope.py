@@ -13,8 +13,8 @@ from typing import Annotated, Any, ClassVar, Final, Self
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, StringConstraints
 
-from schemas.ids import uuid7
-from schemas.subjects import SiteSlug, aggregate_filter, event_subject
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.subjects import SiteSlug, aggregate_filter, event_subject
 
 ACTOR_PATTERN: Final = r"^(api|user|controller|site|launcher|system):[A-Za-z0-9._@:-]{1,120}$"
 Actor = Annotated[str, StringConstraints(pattern=ACTOR_PATTERN)]

@@ -13,9 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from schemas.envelope import Event
-from schemas.events.job import JobCreated, JobStarted, LeaseData, StartedData
-from schemas.states import RUN_CARRIERS, SKIPPABLE, TRANSITIONS, JobState, Transition
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.job import JobCreated, JobStarted, LeaseData, StartedData
+from lodestream.schemas.states import RUN_CARRIERS, SKIPPABLE, TRANSITIONS, JobState, Transition
 
 
 class IllegalTransition(ValueError):

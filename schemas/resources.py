@@ -21,7 +21,7 @@ from typing import Annotated, Any, Final, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
-from schemas.subjects import SiteSlug
+from lodestream.schemas.subjects import SiteSlug
 
 NUL_FREE_PATTERN: Final = r"^[^\x00]*$"
 PRINTABLE_PATTERN: Final = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control character (Unicode Cc)

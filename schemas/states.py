@@ -2,7 +2,7 @@
 
 ``TRANSITIONS`` is the single table every writer checks before appending
 and the projector checks again when folding. Lease events keep the state
-and only set or clear the lease; see :mod:`schemas.fold`.
+and only set or clear the lease; see :mod:`lodestream.schemas.fold`.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ NON_FINAL: Final = frozenset(JobState) - FINAL
 Writer = Literal["control", "site"]
 """Who may append an event, by credential: ``control`` is the control plane (api on behalf of
 a user, controller); ``site`` is a site's own key (its agent and its launchers share it). The
-server's permissions are rendered from this (:mod:`infra.nats.auth`), so an event on the log
+server's permissions are rendered from this (:mod:`lodestream.infra.nats.auth`), so an event on
+the log
 was appended by one of its type's writers, whatever its payload claims."""
 CONTROL: Final[frozenset[Writer]] = frozenset({"control"})
 SITE: Final[frozenset[Writer]] = frozenset({"site"})
@@ -144,7 +145,7 @@ SKIPPABLE: Final = frozenset(
 
 ``job.run_done`` is the one step that is not empty: the lease holder may fold it into
 ``job.finished`` when nothing follows the run, and the event must then carry the run's
-result (:mod:`schemas.fold` refuses it otherwise).
+result (:mod:`lodestream.schemas.fold` refuses it otherwise).
 """
 RUN_CARRIERS: Final = frozenset({"job.finished"})
 """Events that may stand for ``job.run_done`` (with the run's result in ``data.run``)."""

@@ -14,12 +14,12 @@ an event another would refuse:
   machine's "appended by" column as data), and the payload's ``actor`` is of
   that writer. The actor is never *trusted* from the payload: nats-server only
   lets a site key publish the types a site may append (the permissions are
-  rendered from :data:`WRITERS` in :mod:`infra.nats.auth`), so an event on the
+  rendered from :data:`WRITERS` in :mod:`lodestream.infra.nats.auth`), so an event on the
   log of a control-plane type came from the control plane, and one that claims
   otherwise is refused here.
 
 Legality of the transition needs the job's state; a consumer that knows it
-checks it with :func:`schemas.fold.apply`. Heartbeats and the server's expiry
+checks it with :func:`lodestream.schemas.fold.apply`. Heartbeats and the server's expiry
 markers are read with :func:`heartbeat_message`, which tells a real marker
 (written by nats-server in the ``HB`` stream) from a forged one (sourced from
 what a site published).
@@ -37,13 +37,13 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from schemas.codec import EVENT_CLASSES, DecodeError, decode
-from schemas.envelope import Event
-from schemas.events.session import Heartbeat
-from schemas.events.site import SiteRegistered
-from schemas.resources import App, JobSpec
-from schemas.states import BOTH, CONTROL, SITE, TRANSITIONS, Writer
-from schemas.subjects import HB_SUBJECTS, check_site
+from lodestream.schemas.codec import EVENT_CLASSES, DecodeError, decode
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.events.site import SiteRegistered
+from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.states import BOTH, CONTROL, SITE, TRANSITIONS, Writer
+from lodestream.schemas.subjects import HB_SUBJECTS, check_site
 
 WRITERS: Final[dict[str, frozenset[Writer]]] = {
     **{name: t.writers for name, t in TRANSITIONS.items()},

@@ -22,9 +22,9 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from schemas.codec import CURRENT_VERSION, EVENT_CLASSES
-from schemas.events.session import Heartbeat
-from schemas.resources import App, BatchJob, JobSpec, Session, Site, TransferItem
+from lodestream.schemas.codec import CURRENT_VERSION, EVENT_CLASSES
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.resources import App, BatchJob, JobSpec, Session, Site, TransferItem
 
 ROOT: Final = Path(__file__).resolve().parent.parent
 OUTPUT_DIR: Final = ROOT / "schemas" / "json"

@@ -1,4 +1,4 @@
-"""Render docs/lifecycle.md — the job lifecycle diagram — from schemas.states.TRANSITIONS.
+"""Render docs/lifecycle.md — the job lifecycle diagram — from schemas/states.py (TRANSITIONS).
 
 Usage: python tools/lifecycle_diagram.py [--check]
 The diagram is generated, never edited: a test fails when it is stale.
@@ -13,7 +13,14 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from schemas.states import FINAL, RUN_CARRIERS, RUNNABLE, SKIPPABLE, TRANSITIONS, JobState  # noqa: E402
+from lodestream.schemas.states import (  # noqa: E402
+    FINAL,
+    RUN_CARRIERS,
+    RUNNABLE,
+    SKIPPABLE,
+    TRANSITIONS,
+    JobState,
+)
 
 OUT = ROOT / "docs" / "lifecycle.md"
 

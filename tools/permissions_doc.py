@@ -1,4 +1,4 @@
-"""Render docs/permissions.md — who may publish what — from schemas.trust.WRITERS.
+"""Render docs/permissions.md — who may publish what — from lodestream.schemas.trust.WRITERS.
 
 Usage: python tools/permissions_doc.py
 The table is generated, never edited: a test fails when it is stale. The same table
@@ -14,8 +14,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from infra.nats.auth import site_permissions  # noqa: E402
-from schemas.trust import ACTOR_KINDS, WRITERS  # noqa: E402
+from lodestream.infra.nats.auth import site_permissions  # noqa: E402
+from lodestream.schemas.trust import ACTOR_KINDS, WRITERS  # noqa: E402
 
 OUT = ROOT / "docs" / "permissions.md"
 EXAMPLE_SITE = "mysite"
@@ -32,7 +32,7 @@ def render() -> str:
         "by either. nats-server enforces the `site` column: a site key's publish permissions",
         "are rendered from it, so a `control`-only event cannot be forged by a site. Every",
         "consumer then checks the payload's `actor` against the same column",
-        "(`schemas.trust.check_event`).",
+        "(`lodestream.schemas.trust.check_event`).",
         "",
         "| event | control | site | actor prefixes accepted |",
         "|---|---|---|---|",
@@ -49,7 +49,7 @@ def render() -> str:
         "",
         f"## The nats-server permissions of site `{EXAMPLE_SITE}`",
         "",
-        "Rendered by `infra.nats.auth.site_permissions`; the key may also connect only",
+        "Rendered by `lodestream.infra.nats.auth.site_permissions`; the key may also connect only",
         'through the websocket listener (`allowed_connection_types: ["WEBSOCKET"]`).',
         "Anything not listed is denied.",
         "",

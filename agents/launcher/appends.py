@@ -14,9 +14,9 @@ from collections.abc import Callable
 import nats.errors
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from agents.site.retry import Backoff, retry_until
+from lodestream.agents.site.retry import Backoff, retry_until
 from lodestream.eventlog import AppendError, ConflictError, EventLog
-from schemas.envelope import Event
+from lodestream.schemas.envelope import Event
 
 RETRY = Backoff(first_s=0.25, cap_s=5.0)
 

@@ -7,18 +7,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from agents.launcher.tasks import Tracked
-from agents.launcher.work import WorkItem
-from agents.site.apps import ApplicationDefinition, JobContext
-from agents.site.apps.pyrun import parse_result
-from agents.site.apps.render import PYRUN_RESULT, render_job
-from platform_adapters.launchers.base import TaskSpec
-from platform_adapters.packing import Allocation
-from schemas.envelope import Event, EventData
-from schemas.events import JobFinished, JobRunDone, JobRunErrored
-from schemas.events.job import FinishedData, Placement, RunResultData
-from schemas.resources import App
-from schemas.states import FINISHED_AT_RUN_END
+from lodestream.agents.launcher.tasks import Tracked
+from lodestream.agents.launcher.work import WorkItem
+from lodestream.agents.site.apps import ApplicationDefinition, JobContext
+from lodestream.agents.site.apps.pyrun import parse_result
+from lodestream.agents.site.apps.render import PYRUN_RESULT, render_job
+from lodestream.platform_adapters.launchers.base import TaskSpec
+from lodestream.platform_adapters.packing import Allocation
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.events import JobFinished, JobRunDone, JobRunErrored
+from lodestream.schemas.events.job import FinishedData, Placement, RunResultData
+from lodestream.schemas.resources import App
+from lodestream.schemas.states import FINISHED_AT_RUN_END
 
 TAIL_CHARS = 4000
 

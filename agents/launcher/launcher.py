@@ -20,7 +20,7 @@ expired the session (``session.lost``) does the pilot kill everything it runs:
 its jobs belong to someone else now.
 
 Every delivery is checked with the shared rule before the pilot acts on it
-(:func:`agents.launcher.work.work_item`); what fails it is terminated, logged
+(:func:`lodestream.agents.launcher.work.work_item`); what fails it is terminated, logged
 and counted, and the pilot keys what it holds by (site, job id).
 """
 
@@ -39,26 +39,26 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 
-from agents.launcher.appends import append_patiently, transient
-from agents.launcher.jobs import exit_result, placement_of, start_failure, task_spec
-from agents.launcher.reads import created_spec
-from agents.launcher.report import LauncherReport
-from agents.launcher.session import LauncherSession
-from agents.launcher.tasks import Reaper, Tracked
-from agents.launcher.watch import JobWatch
-from agents.launcher.work import JobKey, NotWork, WorkItem, settle, work_item
-from agents.site.apps import ApplicationDefinition, to_app_model
-from agents.site.retry import retry_until, stopped_within
+from lodestream.agents.launcher.appends import append_patiently, transient
+from lodestream.agents.launcher.jobs import exit_result, placement_of, start_failure, task_spec
+from lodestream.agents.launcher.reads import created_spec
+from lodestream.agents.launcher.report import LauncherReport
+from lodestream.agents.launcher.session import LauncherSession
+from lodestream.agents.launcher.tasks import Reaper, Tracked
+from lodestream.agents.launcher.watch import JobWatch
+from lodestream.agents.launcher.work import JobKey, NotWork, WorkItem, settle, work_item
+from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
+from lodestream.agents.site.retry import retry_until, stopped_within
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import pull_consumer
-from platform_adapters.compute.base import NodeSpec
-from platform_adapters.errors import ResourceError
-from platform_adapters.launchers.base import AppLauncher
-from platform_adapters.packing import Allocation, JobRequest, NodePacker
-from schemas.envelope import Event, EventData
-from schemas.events import JobRunErrored, JobRunTimedOut, JobStarted
-from schemas.events.job import RunResultData, StartedData
-from schemas.resources import NodeInfo
+from lodestream.platform_adapters.compute.base import NodeSpec
+from lodestream.platform_adapters.errors import ResourceError
+from lodestream.platform_adapters.launchers.base import AppLauncher
+from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePacker
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.events import JobRunErrored, JobRunTimedOut, JobStarted
+from lodestream.schemas.events.job import RunResultData, StartedData
+from lodestream.schemas.resources import NodeInfo
 
 __all__ = ["Launcher", "LauncherReport"]
 

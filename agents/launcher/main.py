@@ -11,14 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from agents.launcher.launcher import Launcher, LauncherReport
-from agents.launcher.session import LauncherSession
-from agents.site.apps import load_apps
-from agents.site.connect import connect_site_patiently, disconnect
-from agents.site.settings import load_site_settings
+from lodestream.agents.launcher.launcher import Launcher, LauncherReport
+from lodestream.agents.launcher.session import LauncherSession
+from lodestream.agents.site.apps import load_apps
+from lodestream.agents.site.connect import connect_site_patiently, disconnect
+from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
-from platform_adapters.compute.local import local_nodes
-from platform_adapters.launchers.registry import get_launcher
+from lodestream.platform_adapters.compute.local import local_nodes
+from lodestream.platform_adapters.launchers.registry import get_launcher
 
 log = logging.getLogger(__name__)
 

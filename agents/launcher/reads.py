@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from agents.launcher.work import trusted_event
-from schemas.envelope import Event
-from schemas.events import JobCreated
-from schemas.resources import JobSpec
-from schemas.subjects import EVENTS_STREAM, aggregate_filter, event_subject
+from lodestream.agents.launcher.work import trusted_event
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import JobCreated
+from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.subjects import EVENTS_STREAM, aggregate_filter, event_subject
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,14 +29,14 @@ from datetime import UTC, datetime, timedelta
 import orjson
 from nats.js import JetStreamContext
 
-from agents.launcher.reads import newest_event
-from agents.launcher.work import NotWork
+from lodestream.agents.launcher.reads import newest_event
+from lodestream.agents.launcher.work import NotWork
 from lodestream.eventlog import EventLog
-from schemas.events import Heartbeat, SessionClosed, SessionOpened
-from schemas.events.session import SessionClosedData, SessionOpenedData
-from schemas.ids import uuid7
-from schemas.resources import NodeInfo
-from schemas.subjects import heartbeat_subject
+from lodestream.schemas.events import Heartbeat, SessionClosed, SessionOpened
+from lodestream.schemas.events.session import SessionClosedData, SessionOpenedData
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.subjects import heartbeat_subject
 
 log = logging.getLogger(__name__)
 

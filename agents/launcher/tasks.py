@@ -15,7 +15,7 @@ import os
 import time
 from dataclasses import dataclass, field
 
-from platform_adapters.launchers.base import RunningTask
+from lodestream.platform_adapters.launchers.base import RunningTask
 
 POLL_S = 0.002  # tasks the loop cannot wait for
 SWEEP_S = 0.05  # all tasks: escalation of terminate(), and a safety net

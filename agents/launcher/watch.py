@@ -17,9 +17,9 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 
-from agents.launcher.reads import newest_event
-from agents.launcher.report import LauncherReport
-from agents.launcher.work import JobKey, NotWork, trusted_event
+from lodestream.agents.launcher.reads import newest_event
+from lodestream.agents.launcher.report import LauncherReport
+from lodestream.agents.launcher.work import JobKey, NotWork, trusted_event
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Work items: a runnable event delivered on ``launch-<site>``, with what it takes to run it.
 
-A delivery is work only if the shared rule (:mod:`schemas.trust`) accepts it on
+A delivery is work only if the shared rule (:mod:`lodestream.schemas.trust`) accepts it on
 its subject, it is about this pilot's own site, and its type is one that makes a
 job runnable (the ``launch-<site>`` consumer's filter). Anything else — garbage,
 an event that names another site, a type that hands no work to pilots — is
@@ -18,10 +18,10 @@ from typing import Any, Final
 import nats.errors
 
 from lodestream.eventlog.consumers import LAUNCH_EVENTS
-from schemas.envelope import Event
-from schemas.events.job import LeaseData, RetryData, StepData
-from schemas.resources import JobSpec
-from schemas.trust import Untrusted, check_own_site, event_from_message
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.job import LeaseData, RetryData, StepData
+from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.trust import Untrusted, check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 RUNNABLE_TYPES: Final = frozenset(f"job.{name}" for name in LAUNCH_EVENTS)

@@ -2,7 +2,7 @@
 
 It connects only outbound (wss, the site's nkey) and rides out NATS outages
 with the client's endless reconnects; unacknowledged work is redelivered.
-A delivery the shared rule refuses (:mod:`schemas.trust`) is terminated, so it is
+A delivery the shared rule refuses (:mod:`lodestream.schemas.trust`) is terminated, so it is
 never redelivered, logged with the reason and counted in ``skipped``; no message
 stops the agent.
 """
@@ -17,13 +17,13 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 
-from agents.site.apps import ApplicationDefinition
-from agents.site.processing import Processing
-from agents.site.registry import AppPublisher
-from agents.site.settings import SiteSettings
+from lodestream.agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.processing import Processing
+from lodestream.agents.site.registry import AppPublisher
+from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import pull_consumer
-from schemas.trust import Untrusted
+from lodestream.schemas.trust import Untrusted
 
 log = logging.getLogger(__name__)
 

@@ -9,9 +9,9 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 
-from agents.site.retry import retry_until
-from agents.site.settings import SiteSettings
-from infra.nats.auth import site_inbox_prefix
+from lodestream.agents.site.retry import retry_until
+from lodestream.agents.site.settings import SiteSettings
+from lodestream.infra.nats.auth import site_inbox_prefix
 from lodestream.natsconn import connect
 from lodestream.settings import NatsSettings
 

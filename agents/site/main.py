@@ -6,10 +6,10 @@ import asyncio
 import signal
 from pathlib import Path
 
-from agents.site.agent import SiteAgent
-from agents.site.apps import load_apps
-from agents.site.connect import connect_site_patiently, disconnect
-from agents.site.settings import load_site_settings
+from lodestream.agents.site.agent import SiteAgent
+from lodestream.agents.site.apps import load_apps
+from lodestream.agents.site.connect import connect_site_patiently, disconnect
+from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 
 

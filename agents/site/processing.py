@@ -10,7 +10,7 @@ Each outcome is appended with compare-and-set on the event that asked for it
 and an id derived from that event, so a redelivered message can never act
 twice. Hooks are site code and may block: they run in worker threads.
 
-Every delivery is checked with the shared rule (:mod:`schemas.trust`) before any hook
+Every delivery is checked with the shared rule (:mod:`lodestream.schemas.trust`) before any hook
 runs: its subject, its site (this site's, everywhere the payload names one) and its
 writer; and its type must be one of the ``process-<site>`` consumer's.
 """
@@ -25,21 +25,21 @@ from typing import Any, Final
 
 import orjson
 
-from agents.site.apps import ApplicationDefinition, Decision, JobContext
+from lodestream.agents.site.apps import ApplicationDefinition, Decision, JobContext
 from lodestream.eventlog import ConflictError, EventLog
 from lodestream.eventlog.consumers import PROCESS_EVENTS
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     JobFailed,
     JobPostprocessed,
     JobPreprocessed,
     JobRestartReady,
 )
-from schemas.events.job import FailureData, RetryData, RunResultData, StepData
-from schemas.ids import derived_id
-from schemas.resources import JobSpec
-from schemas.subjects import parse_event_subject
-from schemas.trust import Untrusted, check_own_site, event_from_message
+from lodestream.schemas.events.job import FailureData, RetryData, RunResultData, StepData
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.subjects import parse_event_subject
+from lodestream.schemas.trust import Untrusted, check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 WORK_TYPES: Final = frozenset(f"job.{name}" for name in PROCESS_EVENTS)

@@ -13,12 +13,12 @@ import logging
 import uuid
 from pathlib import Path
 
-from agents.site.apps import ApplicationDefinition
-from agents.site.apps.loader import app_fingerprint, to_app_model
+from lodestream.agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.apps.loader import app_fingerprint, to_app_model
 from lodestream.eventlog import ConflictError, EventLog
-from schemas.events import AppRegistered, AppRemoved, AppUpdated
-from schemas.events.app import AppRemovedData
-from schemas.ids import derived_id
+from lodestream.schemas.events import AppRegistered, AppRemoved, AppUpdated
+from lodestream.schemas.events.app import AppRemovedData
+from lodestream.schemas.ids import derived_id
 
 log = logging.getLogger(__name__)
 

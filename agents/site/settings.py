@@ -24,7 +24,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from schemas.subjects import SiteSlug
+from lodestream.schemas.subjects import SiteSlug
 
 SETTINGS_FILE = "settings.yml"
 

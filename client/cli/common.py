@@ -10,8 +10,8 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from client.errors import LodeClientError
-from client.sdk import LodeClient
+from lodestream.client.errors import LodeClientError
+from lodestream.client.sdk import LodeClient
 
 console = Console()
 err_console = Console(stderr=True, soft_wrap=True)  # paths in errors must stay copyable

@@ -10,7 +10,7 @@ import typer
 import yaml
 from rich.table import Table
 
-from client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
+from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
 
 job_app = typer.Typer(help="Submit, list and inspect jobs.")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from client.cli import jobs, services, site, stack
+from lodestream.client.cli import jobs, services, site, stack
 
 app = typer.Typer(
     name="lode",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import typer
 
-from client.cli.common import STATE_DIR_OPTION, console, print_error
 from lodestream import aio
+from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
 from lodestream.embedded.state import StackRole, apply_stack_environment
 from lodestream.settings import Settings
 
@@ -29,15 +29,15 @@ def _settings(state_dir: Path, role: StackRole) -> Settings:
 def api(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Serve the HTTP API (settings from LODE_* / NATS_URL / DATABASE_URL)."""
     _settings(state_dir, "api")
-    from services.api.__main__ import main  # noqa: PLC0415 - import FastAPI only when serving
+    from lodestream.services.api.__main__ import main  # noqa: PLC0415 - import FastAPI only when serving
 
     main()
 
 
 def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Apply the Postgres migrations to DATABASE_URL."""
-    from infra.postgres.migrate import upgrade  # noqa: PLC0415
     from lodestream.embedded.stack import grant_stack_roles  # noqa: PLC0415
+    from lodestream.infra.postgres.migrate import upgrade  # noqa: PLC0415
 
     settings = _settings(state_dir, "admin")
     upgrade(settings.database_url)
@@ -48,7 +48,7 @@ def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
 
 def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the controller (DAG release, lease expiry and fencing) until SIGINT/SIGTERM."""
-    from services.controller.main import run  # noqa: PLC0415
+    from lodestream.services.controller.main import run  # noqa: PLC0415
 
     aio.run(run(_settings(state_dir, "controller")))
 
@@ -56,7 +56,7 @@ def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
 @projector_app.command("run")
 def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the live projector until SIGINT/SIGTERM."""
-    from services.projector.main import run  # noqa: PLC0415
+    from lodestream.services.projector.main import run  # noqa: PLC0415
 
     aio.run(run(_settings(state_dir, "projector")))
 
@@ -64,7 +64,7 @@ def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
 @projector_app.command("rebuild")
 def projector_rebuild(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Replay the log from sequence 1 into fresh tables and swap them in atomically."""
-    from services.projector.main import rebuild  # noqa: PLC0415
+    from lodestream.services.projector.main import rebuild  # noqa: PLC0415
 
     # The projector's role owns the read models: it may create, swap and drop them.
     report = aio.run(rebuild(_settings(state_dir, "projector")))
@@ -80,7 +80,7 @@ def user_create(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Create a user (or a new token for an existing one) and print the API token once."""
-    from services.api.users import create_user  # noqa: PLC0415
+    from lodestream.services.api.users import create_user  # noqa: PLC0415
 
     settings = _settings(state_dir, "api")
     try:

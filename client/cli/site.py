@@ -13,9 +13,15 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from client.cli.common import STATE_DIR_OPTION, api_client, console, err_console, print_error
-from client.errors import ApiError
 from lodestream import aio
+from lodestream.client.cli.common import (
+    STATE_DIR_OPTION,
+    api_client,
+    console,
+    err_console,
+    print_error,
+)
+from lodestream.client.errors import ApiError
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
 
@@ -36,8 +42,8 @@ def site_init(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Create a site directory, generate its nkey (the seed stays here), register it."""
-    from client.sites import init_site_dir  # noqa: PLC0415
-    from schemas.subjects import SubjectError  # noqa: PLC0415
+    from lodestream.client.sites import init_site_dir  # noqa: PLC0415
+    from lodestream.schemas.subjects import SubjectError  # noqa: PLC0415
 
     defaults = _stack_defaults(state_dir)
     nats_url = nats_url or defaults.get("websocket_url")
@@ -68,9 +74,9 @@ def site_start(
     daemon: bool = typer.Option(False, help="Run in the background; PID in log/agent.pid."),
 ) -> None:
     """Run the site agent (apps, hooks, cleaner); stops cleanly on SIGTERM."""
-    from agents.site.apps import AppError  # noqa: PLC0415
-    from agents.site.main import run  # noqa: PLC0415
-    from agents.site.settings import SiteSettingsError, load_site_settings  # noqa: PLC0415
+    from lodestream.agents.site.apps import AppError  # noqa: PLC0415
+    from lodestream.agents.site.main import run  # noqa: PLC0415
+    from lodestream.agents.site.settings import SiteSettingsError, load_site_settings  # noqa: PLC0415
 
     try:
         settings = load_site_settings(directory)
@@ -80,7 +86,7 @@ def site_start(
     if daemon:
         log = (settings.log_dir / "agent.log").open("ab")
         proc = subprocess.Popen(
-            [sys.executable, "-m", "client.cli.main", "site", "start", str(directory)],
+            [sys.executable, "-m", "lodestream.client.cli.main", "site", "start", str(directory)],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True,
         )  # fmt: skip
@@ -142,9 +148,9 @@ def launcher(
     mode: str = typer.Option("serial", help="serial, or mpi (needs an MPI app launcher)."),
 ) -> None:
     """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
-    from agents.launcher.main import run  # noqa: PLC0415
-    from agents.site.apps import AppError  # noqa: PLC0415
-    from agents.site.settings import SiteSettingsError  # noqa: PLC0415
+    from lodestream.agents.launcher.main import run  # noqa: PLC0415
+    from lodestream.agents.site.apps import AppError  # noqa: PLC0415
+    from lodestream.agents.site.settings import SiteSettingsError  # noqa: PLC0415
 
     if mode not in {"serial", "mpi"}:
         raise typer.BadParameter("mode must be serial or mpi")

@@ -13,12 +13,12 @@ import typer
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
-from client.cli.common import STATE_DIR_OPTION, console, err_console
-from client.config import ClientConfig
-from client.demo import DEMO_SITE, DemoStopped, run_demo
-from client.errors import ApiError
-from client.sdk import LodeClient
-from client.sites import init_site_dir
+from lodestream.client.cli.common import STATE_DIR_OPTION, console, err_console
+from lodestream.client.config import ClientConfig
+from lodestream.client.demo import DEMO_SITE, DemoStopped, run_demo
+from lodestream.client.errors import ApiError
+from lodestream.client.sdk import LodeClient
+from lodestream.client.sites import init_site_dir
 from lodestream.embedded import EmbeddedStack, StackInfo, StackPorts
 from lodestream.embedded.process import ServiceProcess
 
@@ -121,7 +121,7 @@ def _start_local_site(stack: EmbeddedStack, info: StackInfo) -> None:
                     raise
                 client.register_site_key(DEMO_SITE, public_key)
     stack.supervise_once()  # apply the site's credential to nats-server before it connects
-    cli = [sys.executable, "-m", "client.cli.main"]
+    cli = [sys.executable, "-m", "lodestream.client.cli.main"]
     for name, argv in (
         ("site-agent", [*cli, "site", "start", str(site_dir)]),
         ("launcher", [*cli, "launcher", "--site", str(site_dir), "--wall-time-min", "1440"]),

@@ -40,9 +40,9 @@ from typing import Final
 
 import nkeys
 
-from schemas.nkey import check_user_public_key
-from schemas.subjects import EVENTS_STREAM, check_site
-from schemas.trust import site_writable_types
+from lodestream.schemas.nkey import check_user_public_key
+from lodestream.schemas.subjects import EVENTS_STREAM, check_site
+from lodestream.schemas.trust import site_writable_types
 
 SITE_CONSUMER_PURPOSES: Final = ("launch", "process", "xfer", "sched")
 CONTROL_USER: Final = "lodestream"
@@ -83,7 +83,7 @@ def site_consumers(site: str) -> tuple[str, ...]:
 def site_event_subjects(site: str) -> list[str]:
     """The event subjects a site key may publish, one per type a site may append.
 
-    Rendered from :data:`schemas.trust.WRITERS` (the state machine's "appended by"
+    Rendered from :data:`lodestream.schemas.trust.WRITERS` (the state machine's "appended by"
     column): ``job.created``, ``job.killed``, ``site.key_bound`` and every other
     control-plane event are absent, so nats-server refuses a forged one before it is
     stored, and an event of those types on the log came from the control plane.

@@ -7,7 +7,7 @@ one machine the nodes differ by port (what the scale-out test runs); on
 three hosts, pass each host's address in ``route_hosts`` and render one
 config per host.
 
-``python -m infra.nats.cluster DIR`` writes the example configs shipped in
+``python -m lodestream.infra.nats.cluster DIR`` writes the example configs shipped in
 ``infra/nats/examples/cluster/`` (a test checks that they are current).
 Route connections are not authenticated here: on loopback, or on a private
 network between the nodes, that is the usual layout; add a cluster
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from infra.nats.config import ClusterBlock, NatsServerConfig, host_port, render_config
-from infra.nats.tls import TlsFiles
+from lodestream.infra.nats.config import ClusterBlock, NatsServerConfig, host_port, render_config
+from lodestream.infra.nats.tls import TlsFiles
 
 CLUSTER_NAME: Final = "lodestream"
 # Ports of the shipped example; the tests use free ports instead.
@@ -132,7 +132,7 @@ def write_examples(directory: Path) -> list[Path]:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 1:
-        sys.stderr.write("usage: python -m infra.nats.cluster DIR\n")
+        sys.stderr.write("usage: python -m lodestream.infra.nats.cluster DIR\n")
         return 2
     for path in write_examples(Path(args[0])):
         sys.stdout.write(f"wrote {path}\n")

@@ -1,7 +1,7 @@
 """The nats-server configuration of lodestream, rendered from one dataclass.
 
 One renderer serves the embedded single node, the test fixtures and the
-3-node cluster (:mod:`infra.nats.cluster`), so what the tests exercise is
+3-node cluster (:mod:`lodestream.infra.nats.cluster`), so what the tests exercise is
 what an operator runs. Listeners bind to loopback by default: the plain
 client port is for the control-plane services on the same host; sites and
 launchers come in through the websocket listener, which always has TLS
@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from infra.nats.tls import TlsFiles
+from lodestream.infra.nats.tls import TlsFiles
 
 MIB: Final = 1024 * 1024
 GIB: Final = 1024 * MIB

@@ -9,7 +9,7 @@
         ├── ServerStartError       exited or never became ready; carries the log tail
         └── ReloadError            SIGHUP was not applied (bad config or server gone)
 
-Invalid site names are refused with :class:`schemas.subjects.SubjectError`, the
+Invalid site names are refused with :class:`lodestream.schemas.subjects.SubjectError`, the
 same error every other layer raises for them.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 
 class NatsInfraError(Exception):
-    """Base of the errors raised by ``infra.nats``."""
+    """Base of the errors raised by ``lodestream.infra.nats``."""
 
 
 class TlsMaterialError(NatsInfraError):

@@ -26,8 +26,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final, Self
 
-from infra.nats.config import NatsServerConfig, render_config
-from infra.nats.errors import BinaryNotFoundError, ReloadError, ServerStartError
+from lodestream.infra.nats.config import NatsServerConfig, render_config
+from lodestream.infra.nats.errors import BinaryNotFoundError, ReloadError, ServerStartError
 
 CONFIG_FILE: Final = "nats-server.conf"
 STAGED_FILE: Final = ".nats-server.conf.new"

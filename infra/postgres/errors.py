@@ -18,7 +18,7 @@ from __future__ import annotations
 
 
 class PostgresInfraError(Exception):
-    """Base of the errors raised by ``infra.postgres``."""
+    """Base of the errors raised by ``lodestream.infra.postgres``."""
 
 
 class BinaryNotFoundError(PostgresInfraError):

@@ -1,6 +1,6 @@
 """``pg_hba.conf`` for the embedded cluster: every connection authenticates with a password.
 
-Pure text in, text out; :mod:`infra.postgres.server` decides when to write the
+Pure text in, text out; :mod:`lodestream.infra.postgres.server` decides when to write the
 file and reload. Clusters initialised by an older ``lode up`` trusted every
 loopback connection; :func:`trusts` tells those apart so they can be upgraded
 in place.

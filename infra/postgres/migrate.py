@@ -30,7 +30,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, create_engine, make_url, pool
 
-from infra.postgres.tables import READ_SCHEMA, metadata
+from lodestream.infra.postgres.tables import READ_SCHEMA, metadata
 
 MIGRATIONS_DIR: Final = Path(__file__).resolve().with_name("migrations")
 VERSION_TABLE_SCHEMA: Final = "public"

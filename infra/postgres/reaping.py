@@ -2,7 +2,7 @@
 
 A SIGKILLed postmaster's backends notice its death and exit by themselves; a
 restart before they have would find the shared memory still attached and be
-refused. :class:`infra.postgres.server.EmbeddedPostgres` uses these to wait.
+refused. :class:`lodestream.infra.postgres.server.EmbeddedPostgres` uses these to wait.
 """
 
 from __future__ import annotations

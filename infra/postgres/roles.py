@@ -33,8 +33,8 @@ from typing import Any, Final
 import psycopg
 from psycopg import sql
 
-from infra.postgres.server import set_password
-from infra.postgres.tables import READ_SCHEMA, REBUILD_SCHEMA
+from lodestream.infra.postgres.server import set_password
+from lodestream.infra.postgres.tables import READ_SCHEMA, REBUILD_SCHEMA
 
 API: Final = "lode_api"
 PROJECTOR: Final = "lode_projector"

@@ -41,9 +41,9 @@ from urllib.parse import quote
 import psycopg
 from psycopg import sql
 
-from infra.postgres import hba, reaping
-from infra.postgres.account import Account
-from infra.postgres.errors import (
+from lodestream.infra.postgres import hba, reaping
+from lodestream.infra.postgres.account import Account
+from lodestream.infra.postgres.errors import (
     AuthenticationError,
     BinaryNotFoundError,
     InitdbError,

@@ -12,7 +12,7 @@ One bad row must not lock everyone out: a site whose key does not decode as
 an nkey user public key (or whose entry does not render) is left out of the
 config and reported in :attr:`CredentialSync.invalid`, and the others are
 applied. A reload nats-server refuses leaves it on its last good config
-(:meth:`infra.nats.server.NatsServer.reload`) and is counted in
+(:meth:`lodestream.infra.nats.server.NatsServer.reload`) and is counted in
 :attr:`CredentialSync.refused`; nothing here raises into the supervisor.
 """
 
@@ -25,10 +25,10 @@ from typing import Any
 
 import psycopg
 
-from infra.nats.auth import render_authorization
-from infra.nats.errors import ReloadError
-from infra.nats.server import NatsServer
-from schemas.nkey import check_user_public_key
+from lodestream.infra.nats.auth import render_authorization
+from lodestream.infra.nats.errors import ReloadError
+from lodestream.infra.nats.server import NatsServer
+from lodestream.schemas.nkey import check_user_public_key
 
 log = logging.getLogger(__name__)
 

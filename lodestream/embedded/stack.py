@@ -5,7 +5,7 @@ operator runs at scale — started from a state directory that a second
 ``lode up`` reuses without losing data. Once started, every one of them is
 supervised (:mod:`lodestream.embedded.supervisor`): restarted with a backoff
 when it dies, nats-server and Postgres included. Each service connects to
-Postgres with its own role (:mod:`infra.postgres.roles`).
+Postgres with its own role (:mod:`lodestream.infra.postgres.roles`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,6 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from infra.nats.auth import CONTROL_USER, render_authorization
-from infra.nats.config import NatsServerConfig
-from infra.nats.server import NatsServer
-from infra.nats.tls import TlsFiles, ensure_local_ca
-from infra.postgres import migrate
-from infra.postgres.roles import SERVICE_ROLES, apply_roles
-from infra.postgres.server import EmbeddedPostgres
 from lodestream.embedded.credentials import CredentialSync
 from lodestream.embedded.errors import StackError
 from lodestream.embedded.process import ServiceProcess
@@ -46,6 +39,13 @@ from lodestream.embedded.state import (
 from lodestream.embedded.supervisor import Supervised, Supervisor
 from lodestream.eventlog import ensure_streams
 from lodestream.eventlog.jetstream import jetstream
+from lodestream.infra.nats.auth import CONTROL_USER, render_authorization
+from lodestream.infra.nats.config import NatsServerConfig
+from lodestream.infra.nats.server import NatsServer
+from lodestream.infra.nats.tls import TlsFiles, ensure_local_ca
+from lodestream.infra.postgres import migrate
+from lodestream.infra.postgres.roles import SERVICE_ROLES, apply_roles
+from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.natsconn import connect
 from lodestream.settings import NatsSettings
 
@@ -53,9 +53,9 @@ log = logging.getLogger(__name__)
 DATABASE: Final = "lodestream"
 # name, module, and the Postgres role it connects as
 SERVICES: Final[tuple[tuple[str, str, StackRole], ...]] = (
-    ("projector", "services.projector", "projector"),
-    ("controller", "services.controller", "controller"),
-    ("api", "services.api", "api"),
+    ("projector", "lodestream.services.projector", "projector"),
+    ("controller", "lodestream.services.controller", "controller"),
+    ("api", "lodestream.services.api", "api"),
 )
 
 __all__ = [
@@ -280,7 +280,7 @@ class EmbeddedStack:
         }
 
     def _local_user(self, database_url: str, user: str, api_url: str) -> tuple[str, str]:
-        from services.api.users import create_user  # noqa: PLC0415 - keeps FastAPI out of import
+        from lodestream.services.api.users import create_user  # noqa: PLC0415 - keeps FastAPI out of import
 
         client = self.state.read_json(self.state.client_file)
         if client.get("token") and client.get("user"):

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from infra.postgres.roles import API, CONTROLLER, PROJECTOR
-from infra.postgres.server import SUPERUSER
+from lodestream.infra.postgres.roles import API, CONTROLLER, PROJECTOR
+from lodestream.infra.postgres.server import SUPERUSER
 
 # Who connects to Postgres: a service's own role, or the superuser for administration.
 StackRole = Literal["admin", "api", "projector", "controller"]

@@ -20,9 +20,9 @@ from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 
 from lodestream.eventlog.errors import AppendError, ConflictError, EventLogError
-from schemas.codec import encode
-from schemas.envelope import Event
-from schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.codec import encode
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.subjects import EVENTS_STREAM
 
 WRONG_LAST_SEQUENCE = 10071
 _ACTUAL_SEQ = re.compile(r"(\d+)\s*$")

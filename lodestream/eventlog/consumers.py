@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from schemas.subjects import EVENTS_STREAM, check_site
+from lodestream.schemas.subjects import EVENTS_STREAM, check_site
 
 LAUNCH_EVENTS = ("preprocessed", "restart_ready", "lease_released", "lease_expired")
 PROCESS_EVENTS = ("staged_in", "run_done", "run_errored", "run_timed_out", "finished")

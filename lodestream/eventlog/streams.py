@@ -10,7 +10,13 @@ from nats.js.api import RetentionPolicy, StorageType, StreamConfig, StreamSource
 from nats.js.errors import APIError, NotFoundError
 
 from lodestream.eventlog.errors import StreamConfigError
-from schemas.subjects import EVENTS_STREAM, EVENTS_SUBJECTS, HB_IN_STREAM, HB_STREAM, HB_SUBJECTS
+from lodestream.schemas.subjects import (
+    EVENTS_STREAM,
+    EVENTS_SUBJECTS,
+    HB_IN_STREAM,
+    HB_STREAM,
+    HB_SUBJECTS,
+)
 
 # Longer than any client retry loop, so a retried append is always recognised.
 DUPLICATE_WINDOW_S = 300.0

@@ -1,13 +1,13 @@
 """Compute nodes: discovery backends and per-node bookkeeping."""
 
-from platform_adapters.compute.base import (
+from lodestream.platform_adapters.compute.base import (
     ComputeNode,
     NodeDiscovery,
     NodePlacement,
     NodeSpec,
 )
-from platform_adapters.compute.local import local_nodes, parse_cuda_visible_devices
-from platform_adapters.compute.registry import get_node_discovery, node_discovery_names
+from lodestream.platform_adapters.compute.local import local_nodes, parse_cuda_visible_devices
+from lodestream.platform_adapters.compute.registry import get_node_discovery, node_discovery_names
 
 __all__ = [
     "ComputeNode",

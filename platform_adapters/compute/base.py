@@ -16,7 +16,7 @@ from collections.abc import KeysView
 from dataclasses import dataclass
 from typing import Protocol
 
-from platform_adapters.errors import InsufficientResources, InvalidNodeSpec, UnknownJob
+from lodestream.platform_adapters.errors import InsufficientResources, InvalidNodeSpec, UnknownJob
 
 # Occupancies are sums of 1/k; float error must not refuse the k-th job of a packing count k.
 OCCUPANCY_SLACK = 1e-9

@@ -22,8 +22,8 @@ import socket
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TypeVar
 
-from platform_adapters.compute.base import NodeSpec
-from platform_adapters.errors import DiscoveryError
+from lodestream.platform_adapters.compute.base import NodeSpec
+from lodestream.platform_adapters.errors import DiscoveryError
 
 _T = TypeVar("_T")
 

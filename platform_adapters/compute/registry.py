@@ -6,9 +6,9 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from platform_adapters.compute.base import NodeDiscovery
-from platform_adapters.compute.local import local_nodes
-from platform_adapters.errors import UnknownBackend
+from lodestream.platform_adapters.compute.base import NodeDiscovery
+from lodestream.platform_adapters.compute.local import local_nodes
+from lodestream.platform_adapters.errors import UnknownBackend
 
 _BACKENDS: Final[Mapping[str, NodeDiscovery]] = MappingProxyType({"local": local_nodes})
 

@@ -1,15 +1,15 @@
 """App launchers: the interface, the local backend, a fake, and the registry."""
 
-from platform_adapters.launchers.base import (
+from lodestream.platform_adapters.launchers.base import (
     AppLauncher,
     RunningTask,
     TaskSpec,
     read_tail,
     render_env,
 )
-from platform_adapters.launchers.fake import FakeLauncher, FakeOutcome, FakeTask
-from platform_adapters.launchers.local import LocalLauncher, LocalTask
-from platform_adapters.launchers.registry import get_launcher, launcher_names
+from lodestream.platform_adapters.launchers.fake import FakeLauncher, FakeOutcome, FakeTask
+from lodestream.platform_adapters.launchers.local import LocalLauncher, LocalTask
+from lodestream.platform_adapters.launchers.registry import get_launcher, launcher_names
 
 __all__ = [
     "AppLauncher",

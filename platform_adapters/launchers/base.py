@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 
-from platform_adapters.packing import Allocation
+from lodestream.platform_adapters.packing import Allocation
 
 DEFAULT_GRACE_S = 10.0
 DEFAULT_TAIL_BYTES = 4096

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from platform_adapters.errors import StartFailed, WaitTimedOut
-from platform_adapters.launchers.base import (
+from lodestream.platform_adapters.errors import StartFailed, WaitTimedOut
+from lodestream.platform_adapters.launchers.base import (
     DEFAULT_GRACE_S,
     AppLauncher,
     RunningTask,

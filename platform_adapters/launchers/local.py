@@ -29,8 +29,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from platform_adapters.errors import StartFailed, WaitTimedOut
-from platform_adapters.launchers.base import (
+from lodestream.platform_adapters.errors import StartFailed, WaitTimedOut
+from lodestream.platform_adapters.launchers.base import (
     DEFAULT_GRACE_S,
     AppLauncher,
     RunningTask,

@@ -6,10 +6,10 @@ from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
-from platform_adapters.errors import UnknownBackend
-from platform_adapters.launchers.base import AppLauncher
-from platform_adapters.launchers.fake import FakeLauncher
-from platform_adapters.launchers.local import LocalLauncher
+from lodestream.platform_adapters.errors import UnknownBackend
+from lodestream.platform_adapters.launchers.base import AppLauncher
+from lodestream.platform_adapters.launchers.fake import FakeLauncher
+from lodestream.platform_adapters.launchers.local import LocalLauncher
 
 _BACKENDS: Final[Mapping[str, Callable[[], AppLauncher]]] = MappingProxyType({
     "local": LocalLauncher,

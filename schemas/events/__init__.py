@@ -1,7 +1,7 @@
 """Every event type, one module per aggregate. Re-exports only."""
 
-from schemas.events.app import APP_EVENTS, AppRegistered, AppRemoved, AppUpdated
-from schemas.events.batch import (
+from lodestream.schemas.events.app import APP_EVENTS, AppRegistered, AppRemoved, AppUpdated
+from lodestream.schemas.events.batch import (
     BATCH_EVENTS,
     BatchJobDeletionRequested,
     BatchJobFinished,
@@ -11,7 +11,7 @@ from schemas.events.batch import (
     BatchJobSubmitFailed,
     BatchJobSubmitted,
 )
-from schemas.events.job import (
+from lodestream.schemas.events.job import (
     JOB_EVENTS,
     JobAwaitingParents,
     JobCreated,
@@ -33,15 +33,15 @@ from schemas.events.job import (
     JobStagedOut,
     JobStarted,
 )
-from schemas.events.session import (
+from lodestream.schemas.events.session import (
     SESSION_EVENTS,
     Heartbeat,
     SessionClosed,
     SessionExpired,
     SessionOpened,
 )
-from schemas.events.site import SITE_EVENTS, SiteKeyBound, SiteRegistered, SiteRemoved
-from schemas.events.xfer import (
+from lodestream.schemas.events.site import SITE_EVENTS, SiteKeyBound, SiteRegistered, SiteRemoved
+from lodestream.schemas.events.xfer import (
     XFER_EVENTS,
     TransferFailed,
     TransferRequested,

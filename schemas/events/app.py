@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from schemas.envelope import Event, EventData
-from schemas.resources import App, AppName
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.resources import App, AppName
 
 
 class AppRemovedData(EventData):

@@ -6,8 +6,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from schemas.envelope import Event, EventData
-from schemas.resources import INT32_MAX, INT32_MIN
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.resources import INT32_MAX, INT32_MIN
 
 
 class BatchRequestData(EventData):

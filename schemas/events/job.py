@@ -7,9 +7,9 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import Field, field_validator
 
-from schemas.envelope import Event, EventData
-from schemas.resources import INT32_MAX, INT32_MIN, JobSpec, check_storable
-from schemas.upcast import upcaster
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.resources import INT32_MAX, INT32_MIN, JobSpec, check_storable
+from lodestream.schemas.upcast import upcaster
 
 MAX_TAIL = 4096
 

@@ -7,9 +7,9 @@ from typing import ClassVar, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from schemas.envelope import Event, EventData
-from schemas.resources import NodeInfo
-from schemas.subjects import SiteSlug
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.subjects import SiteSlug
 
 
 class SessionOpenedData(EventData):

@@ -6,9 +6,9 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import StringConstraints
 
-from schemas.envelope import Event, EventData
-from schemas.nkey import UserPublicKey
-from schemas.subjects import SiteSlug
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.nkey import UserPublicKey
+from lodestream.schemas.subjects import SiteSlug
 
 
 class SiteRegisteredData(EventData):

@@ -7,8 +7,8 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from schemas.envelope import Event, EventData
-from schemas.resources import INT64_MAX, SlotName, TransferSpec
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.resources import INT64_MAX, SlotName, TransferSpec
 
 
 class TransferRequestedData(EventData):

@@ -1,4 +1,4 @@
-"""``python -m services.api``: serve the API with uvicorn, settings from the environment."""
+"""``python -m lodestream.services.api``: serve the API with uvicorn, settings from the env."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import logging
 
 import uvicorn
 
+from lodestream.services.api.main import create_app, tune_gc
 from lodestream.settings import Settings
-from services.api.main import create_app, tune_gc
 
 
 def main() -> None:

@@ -25,10 +25,10 @@ from nats.js.errors import APIError
 
 from lodestream.eventlog import Appended, ConflictError, EventLog
 from lodestream.eventlog.append import H_MSG_ID, headers_for
-from schemas.codec import encode
-from schemas.envelope import Event
-from schemas.subjects import EVENTS_STREAM
-from services.api.errors import TooLarge
+from lodestream.schemas.codec import encode
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api.errors import TooLarge
 
 # nats-py writes headers as "NATS/1.0\r\n", then "Key: value\r\n" each, then "\r\n"; the
 # server counts them with the payload against max_payload.

@@ -14,9 +14,9 @@ from nats.js import JetStreamContext
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from lodestream.eventlog import EventLog
+from lodestream.services.api import queries
+from lodestream.services.api.errors import Unauthorized
 from lodestream.settings import Settings
-from services.api import queries
-from services.api.errors import Unauthorized
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,9 +43,9 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lodestream.eventlog import EventLogError
-from schemas.resources import APP_NAME_PATTERN, NUL_FREE_PATTERN, PRINTABLE_PATTERN
-from schemas.subjects import SITE_SLUG_PATTERN
-from services.api.models import TAG_FILTER_PATTERN, ErrorBody
+from lodestream.schemas.resources import APP_NAME_PATTERN, NUL_FREE_PATTERN, PRINTABLE_PATTERN
+from lodestream.schemas.subjects import SITE_SLUG_PATTERN
+from lodestream.services.api.models import TAG_FILTER_PATTERN, ErrorBody
 
 log = logging.getLogger(__name__)
 

@@ -11,13 +11,13 @@ from fastapi import FastAPI
 from nats.aio.client import Client
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from infra.postgres.migrate import sqlalchemy_url
 from lodestream.eventlog import EventLog, JetStream, ensure_streams
+from lodestream.infra.postgres.migrate import sqlalchemy_url
 from lodestream.natsconn import connect
+from lodestream.services.api import errors
+from lodestream.services.api.deps import ApiContext
+from lodestream.services.api.routes import actions, apps, events, health, jobs, sites
 from lodestream.settings import Settings
-from services.api import errors
-from services.api.deps import ApiContext
-from services.api.routes import actions, apps, events, health, jobs, sites
 
 DB_POOL_SIZE: Final = 10
 DB_MAX_OVERFLOW: Final = 20

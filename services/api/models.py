@@ -23,9 +23,9 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
-from schemas.nkey import UserPublicKey
-from schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH, JobSpec
-from schemas.subjects import SITE_SLUG_PATTERN, check_site
+from lodestream.schemas.nkey import UserPublicKey
+from lodestream.schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH, JobSpec
+from lodestream.schemas.subjects import SITE_SLUG_PATTERN, check_site
 
 TOO_MANY_JOBS: Final = "too_many_jobs"
 """Error type raised while validating a submission with more jobs than allowed (413)."""

@@ -18,8 +18,15 @@ from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bind
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from infra.postgres.tables import api_tokens, apps, job_events, jobs, projector_position, sites
-from services.api.submit import AppInterface, Catalog, Existing
+from lodestream.infra.postgres.tables import (
+    api_tokens,
+    apps,
+    job_events,
+    jobs,
+    projector_position,
+    sites,
+)
+from lodestream.services.api.submit import AppInterface, Catalog, Existing
 
 OrderBy = Literal["created", "-created", "updated", "-updated"]
 

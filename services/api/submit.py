@@ -16,11 +16,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from lodestream.schemas.events.job import JobCreated
+from lodestream.schemas.ids import keyed_id, uuid7
+from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
+from lodestream.services.api.models import JobSubmission, SubmitRequest
 from lodestream.settings import Settings
-from schemas.events.job import JobCreated
-from schemas.ids import keyed_id, uuid7
-from services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
-from services.api.models import JobSubmission, SubmitRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,7 +77,7 @@ def job_ids(request: SubmitRequest, user: str, secret: bytes) -> list[uuid.UUID]
 
     A derived id is keyed with the control plane's ``secret``: a user's name and key are
     guessable, and a site that could compute a submission's ids could pre-empt its
-    ``Nats-Msg-Id`` (see :func:`schemas.ids.keyed_id`).
+    ``Nats-Msg-Id`` (see :func:`lodestream.schemas.ids.keyed_id`).
     """
     key = request.idempotency_key
     return [

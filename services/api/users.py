@@ -13,9 +13,9 @@ from typing import Final
 from sqlalchemy import create_engine, func, pool, update
 from sqlalchemy.dialects.postgresql import insert
 
-from infra.postgres.migrate import sqlalchemy_url
-from infra.postgres.tables import api_tokens, users
-from services.api.deps import token_hash
+from lodestream.infra.postgres.migrate import sqlalchemy_url
+from lodestream.infra.postgres.tables import api_tokens, users
+from lodestream.services.api.deps import token_hash
 
 # A user name becomes the actor ``user:<name>`` of every event the user causes.
 USER_NAME: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,119}$")

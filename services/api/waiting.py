@@ -7,9 +7,9 @@ from typing import Any, Final
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from schemas.subjects import EVENTS_STREAM
-from services.api import queries
-from services.api.errors import InvalidInput, WaitTimedOut
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api import queries
+from lodestream.services.api.errors import InvalidInput, WaitTimedOut
 
 POLL_S: Final = 0.01
 

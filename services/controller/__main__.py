@@ -1,12 +1,12 @@
-"""``python -m services.controller``: run the controller with settings from the environment."""
+"""``python -m lodestream.services.controller``: run the controller, settings from the env."""
 
 from __future__ import annotations
 
 import logging
 
 from lodestream import aio
+from lodestream.services.controller.main import run
 from lodestream.settings import Settings
-from services.controller.main import run
 
 
 def main() -> None:

@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     JobAwaitingParents,
     JobFailed,
     JobFinished,
@@ -27,7 +27,7 @@ from schemas.events import (
     JobStagedIn,
     SessionExpired,
 )
-from schemas.events.job import (
+from lodestream.schemas.events.job import (
     FailureData,
     FinishedData,
     LeaseData,
@@ -35,10 +35,10 @@ from schemas.events.job import (
     RunResultData,
     StepData,
 )
-from schemas.events.session import SessionExpiredData
-from schemas.ids import derived_id
-from schemas.resources import App, JobSpec, JobSteps
-from schemas.states import JobState
+from lodestream.schemas.events.session import SessionExpiredData
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import App, JobSpec, JobSteps
+from lodestream.schemas.states import JobState
 
 ACTOR = "controller:main"
 FAILED_STATES = frozenset({JobState.FAILED, JobState.KILLED})

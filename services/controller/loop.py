@@ -27,8 +27,8 @@ from nats.js.errors import APIError, NotFoundError
 from lodestream.eventlog import Appended, EventLog, EventLogError, Rejected
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from lodestream.eventlog.pull import pull_consumer
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
     AppUpdated,
@@ -36,20 +36,20 @@ from schemas.events import (
     SiteRegistered,
     SiteRemoved,
 )
-from schemas.fold import IllegalTransition, check_creation
-from schemas.resources import App, JobSpec
-from schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
-from schemas.trust import (
+from lodestream.schemas.fold import IllegalTransition, check_creation
+from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
+from lodestream.schemas.trust import (
     WRITERS,
     HeartbeatExpired,
     Untrusted,
     event_from_message,
     heartbeat_message,
 )
-from services.controller import decide
-from services.controller.decide import Append
-from services.controller.errors import ReadModelLag
-from services.controller.reads import ReadModel
+from lodestream.services.controller import decide
+from lodestream.services.controller.decide import Append
+from lodestream.services.controller.errors import ReadModelLag
+from lodestream.services.controller.reads import ReadModel
 
 log = logging.getLogger(__name__)
 

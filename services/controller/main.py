@@ -9,8 +9,8 @@ import signal
 from lodestream.eventlog import ensure_streams
 from lodestream.eventlog.jetstream import jetstream
 from lodestream.natsconn import connect
+from lodestream.services.controller.loop import Controller
 from lodestream.settings import Settings
-from services.controller.loop import Controller
 
 log = logging.getLogger(__name__)
 DRAIN_TIMEOUT_S = 5.0

@@ -14,11 +14,11 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from schemas.resources import App, JobSpec
-from schemas.states import RUNNABLE, JobState
-from schemas.subjects import EVENTS_STREAM
-from services.controller.decide import LeasedJob
-from services.controller.errors import ReadModelLag
+from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.states import RUNNABLE, JobState
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.controller.decide import LeasedJob
+from lodestream.services.controller.errors import ReadModelLag
 
 _SPEC_COLUMNS = "site, app, workdir, parameters, tags, data, resources, transfers, parent_ids"
 

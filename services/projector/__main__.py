@@ -1,12 +1,12 @@
-"""``python -m services.projector``: run the live projector with settings from the environment."""
+"""``python -m lodestream.services.projector``: run the live projector, settings from the env."""
 
 from __future__ import annotations
 
 import logging
 
 from lodestream import aio
+from lodestream.services.projector.main import run
 from lodestream.settings import Settings
-from services.projector.main import run
 
 
 def main() -> None:

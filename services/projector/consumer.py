@@ -29,10 +29,10 @@ from nats.js.errors import APIError, NotFoundError
 from psycopg import AsyncConnection
 
 from lodestream.eventlog.pull import PullConsumer, pull_consumer
-from services.projector.messages import Decoded, RawMessage, decode_message
-from services.projector.projection import Changes, Projection, job_ids_to_load
-from services.projector.rows import QuarantineRow
-from services.projector.store import ProjectionStore
+from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
+from lodestream.services.projector.projection import Changes, Projection, job_ids_to_load
+from lodestream.services.projector.rows import QuarantineRow
+from lodestream.services.projector.store import ProjectionStore
 
 log = logging.getLogger(__name__)
 

@@ -6,15 +6,15 @@ import asyncio
 import logging
 import signal
 
-from infra.postgres.tables import READ_SCHEMA
 from lodestream.eventlog import ensure_streams
 from lodestream.eventlog.jetstream import jetstream
+from lodestream.infra.postgres.tables import READ_SCHEMA
 from lodestream.natsconn import connect
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.services.projector.consumer import Projector
+from lodestream.services.projector.rebuild import Rebuild, RebuildReport
+from lodestream.services.projector.store import ProjectionStore
 from lodestream.settings import Settings
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
-from services.projector.consumer import Projector
-from services.projector.rebuild import Rebuild, RebuildReport
-from services.projector.store import ProjectionStore
 
 log = logging.getLogger(__name__)
 

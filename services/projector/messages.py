@@ -3,7 +3,7 @@
 A message becomes a :class:`Decoded` (an event, a heartbeat or an expiry
 marker) or a :class:`~services.projector.rows.QuarantineRow` with the
 reason — never an exception that could stop the projector. The check is
-the shared rule of :mod:`schemas.trust`, the same one every other consumer
+the shared rule of :mod:`lodestream.schemas.trust`, the same one every other consumer
 applies.
 """
 
@@ -12,17 +12,17 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass
 
-from schemas.envelope import Event
-from schemas.events.session import Heartbeat
-from schemas.subjects import HB_STREAM
-from schemas.trust import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.subjects import HB_STREAM
+from lodestream.schemas.trust import (
     HeartbeatBeat,
     HeartbeatExpired,
     Untrusted,
     event_from_message,
     heartbeat_message,
 )
-from services.projector.rows import QuarantineRow
+from lodestream.services.projector.rows import QuarantineRow
 
 
 @dataclass(frozen=True, slots=True)

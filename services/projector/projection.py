@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
     AppUpdated,
@@ -38,17 +38,23 @@ from schemas.events import (
     TransferRequested,
     TransferSubmitted,
 )
-from schemas.events.job import FinishedData, RunResultData
-from schemas.fold import IllegalTransition, apply, check_creation
-from schemas.ids import derived_id
-from services.projector.messages import (
+from lodestream.schemas.events.job import FinishedData, RunResultData
+from lodestream.schemas.fold import IllegalTransition, apply, check_creation
+from lodestream.schemas.ids import derived_id
+from lodestream.services.projector.messages import (
     Decoded,
     EventMessage,
     ExpiryMarker,
     HeartbeatMessage,
     RawMessage,
 )
-from services.projector.rows import JobEventRow, JobProgress, JobRecord, QuarantineRow, jsonb
+from lodestream.services.projector.rows import (
+    JobEventRow,
+    JobProgress,
+    JobRecord,
+    QuarantineRow,
+    jsonb,
+)
 
 
 @dataclass(frozen=True, slots=True)

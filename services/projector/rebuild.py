@@ -27,14 +27,19 @@ from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection, sql
 from sqlalchemy import create_engine
 
-from infra.postgres.tables import READ_MODEL_TABLES, READ_SCHEMA, REBUILD_SCHEMA, metadata
 from lodestream.eventlog.pull import pull_consumer
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
-from services.projector.consumer import raw_from_msg
-from services.projector.errors import RebuildError
-from services.projector.messages import RawMessage, decode_message
-from services.projector.projection import Changes, Known, Projection
-from services.projector.store import ProjectionStore
+from lodestream.infra.postgres.tables import (
+    READ_MODEL_TABLES,
+    READ_SCHEMA,
+    REBUILD_SCHEMA,
+    metadata,
+)
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.services.projector.consumer import raw_from_msg
+from lodestream.services.projector.errors import RebuildError
+from lodestream.services.projector.messages import RawMessage, decode_message
+from lodestream.services.projector.projection import Changes, Known, Projection
+from lodestream.services.projector.store import ProjectionStore
 
 log = logging.getLogger(__name__)
 STREAMS = (EVENTS_STREAM, HB_STREAM)

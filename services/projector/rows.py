@@ -13,9 +13,9 @@ from typing import Any
 
 import orjson
 
-from schemas.events.job import JobCreated
-from schemas.fold import JobView
-from schemas.states import JobState
+from lodestream.schemas.events.job import JobCreated
+from lodestream.schemas.fold import JobView
+from lodestream.schemas.states import JobState
 
 # Column order of the COPY into rm.jobs; must match JobRecord.to_copy().
 JOB_COLUMNS = (

@@ -13,8 +13,8 @@ from typing import Any, Final, LiteralString
 
 from psycopg import AsyncConnection, sql
 
-from services.projector.projection import Changes, Known, Op
-from services.projector.rows import (
+from lodestream.services.projector.projection import Changes, Known, Op
+from lodestream.services.projector.rows import (
     JOB_COLUMNS,
     JOB_EVENT_COLUMNS,
     PROGRESS_COLUMNS,

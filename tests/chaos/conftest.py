@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.site.settings import SiteSettings
-from infra.postgres.migrate import upgrade
-from infra.postgres.server import EmbeddedPostgres
+from lodestream.agents.site.settings import SiteSettings
+from lodestream.infra.postgres.migrate import upgrade
+from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.fixtures.nats import SecureNats
 from tests.fixtures.postgres import postgres_tempdir, start_server
 from tests.support.chaos import CHAOS_DATABASE

@@ -24,11 +24,11 @@ import pytest
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from agents.site.settings import SiteSettings
-from infra.postgres.server import EmbeddedPostgres
+from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog, ensure_streams, jetstream
+from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.natsconn import connect
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
 from tests.chaos.verify import check, compare_with_rebuild, final_states, read_log, summary
 from tests.chaos.workload import APP, submit_waves, workload
 from tests.fixtures.nats import SecureNats

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import uuid
 
-from schemas.envelope import Event
-from schemas.events import JobRestartReady, JobRunErrored, JobRunTimedOut, JobStarted
-from schemas.events.job import RetryData, RunResultData, StartedData
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import JobRestartReady, JobRunErrored, JobRunTimedOut, JobStarted
+from lodestream.schemas.events.job import RetryData, RunResultData, StartedData
 from tests.chaos.verify import LogEvent, unexplained_reruns
 from tests.support.builders import job_created, lifecycle
 

@@ -12,11 +12,11 @@ from typing import Any
 import psycopg
 from nats.js import JetStreamContext
 
-from schemas.codec import decode
-from schemas.envelope import Event
-from schemas.events.job import RunResultData, StartedData
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
-from services.projector.rebuild import Rebuild, read_stream
+from lodestream.schemas.codec import decode
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.job import RunResultData, StartedData
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.services.projector.rebuild import Rebuild, read_stream
 from tests.chaos.workload import Wave
 from tests.support.projection import table_digest
 

@@ -10,9 +10,9 @@ from nats.js import JetStreamContext
 
 from lodestream.eventlog import Appended, ConflictError, EventLog
 from lodestream.eventlog.append import H_MSG_ID
-from schemas.envelope import Event
-from schemas.events import JobCreated
-from schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import JobCreated
+from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.support.builders import job_created
 from tests.support.chaos import ChaosPlan
 

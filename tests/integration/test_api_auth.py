@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from sqlalchemy import Engine, select
 
-from infra.postgres.tables import api_tokens
-from services.api.deps import token_hash
-from services.api.users import check_user_name, create_user, revoke_tokens
+from lodestream.infra.postgres.tables import api_tokens
+from lodestream.services.api.deps import token_hash
+from lodestream.services.api.users import check_user_name, create_user, revoke_tokens
 from tests.fixtures.api import ApiHarness
 
 PROTECTED = ["/jobs", "/sites", "/apps", "/events", f"/jobs/{'0' * 8}-0000-0000-0000-{'0' * 12}"]

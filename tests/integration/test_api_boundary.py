@@ -14,12 +14,11 @@ from typing import Any
 import httpx
 import pytest
 
-from infra.nats.auth import new_user_seed, user_public_key
 from lodestream.eventlog import EventLog
-from lodestream.settings import Settings
-from schemas.events.job import JobCreated
-from schemas.ids import uuid7
-from schemas.resources import (
+from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.events.job import JobCreated
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import (
     MAX_PARENTS,
     NUL_FREE_PATTERN,
     PRINTABLE_PATTERN,
@@ -29,10 +28,11 @@ from schemas.resources import (
     AppTransferSlot,
     JobSpec,
 )
-from schemas.subjects import SITE_SLUG_PATTERN
-from services.api.appends import message_size
-from services.api.main import create_app
-from services.api.models import MAX_PAGE_SIZE, TAG_FILTER_PATTERN
+from lodestream.schemas.subjects import SITE_SLUG_PATTERN
+from lodestream.services.api.appends import message_size
+from lodestream.services.api.main import create_app
+from lodestream.services.api.models import MAX_PAGE_SIZE, TAG_FILTER_PATTERN
+from lodestream.settings import Settings
 from tests.fixtures.api import ApiHarness
 
 SITE = "theta"

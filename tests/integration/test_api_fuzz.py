@@ -34,10 +34,10 @@ from schemathesis.specs.openapi.checks import (
 from schemathesis.specs.openapi.formats import unregister_string_format
 from sqlalchemy import Engine, text
 
-from infra.nats.auth import new_user_seed, user_public_key
-from schemas.nkey import USER_PUBLIC_KEY_FORMAT
-from schemas.resources import App, AppParameter
-from schemas.subjects import EVENTS_STREAM
+from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.nkey import USER_PUBLIC_KEY_FORMAT
+from lodestream.schemas.resources import App, AppParameter
+from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.api import ApiHarness
 from tests.fixtures.ports import free_port
 

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from lodestream.eventlog import EventLog
-from schemas.events.job import JobCreated
-from schemas.ids import uuid7
-from schemas.resources import App, AppParameter, AppTransferSlot, JobSpec
-from services.api.appends import first_append_of
+from lodestream.schemas.events.job import JobCreated
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import App, AppParameter, AppTransferSlot, JobSpec
+from lodestream.services.api.appends import first_append_of
 from tests.fixtures.api import ApiHarness
 
 SITE = "theta"

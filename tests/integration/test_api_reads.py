@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from schemas.ids import uuid7
-from schemas.resources import App
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import App
 from tests.fixtures.api import ApiHarness
 
 

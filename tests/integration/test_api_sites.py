@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infra.nats.auth import new_user_seed, user_public_key
-from schemas.ids import derived_id
-from schemas.resources import App, AppParameter
+from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import App, AppParameter
 from tests.fixtures.api import ApiHarness
 
 

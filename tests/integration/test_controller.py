@@ -16,11 +16,11 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import ConflictError, EventLog
-from schemas.events import Heartbeat, JobKilled, JobRunDone, JobStarted
-from schemas.events.job import RunResultData, StartedData
-from schemas.subjects import EVENTS_STREAM, heartbeat_subject
-from services.controller import loop as loop_module
-from services.controller.loop import Controller
+from lodestream.schemas.events import Heartbeat, JobKilled, JobRunDone, JobStarted
+from lodestream.schemas.events.job import RunResultData, StartedData
+from lodestream.schemas.subjects import EVENTS_STREAM, heartbeat_subject
+from lodestream.services.controller import loop as loop_module
+from lodestream.services.controller.loop import Controller
 from tests.support.builders import job_created, site_registered
 from tests.support.projection import running_projector, wait_for_position
 

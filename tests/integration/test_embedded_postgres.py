@@ -14,9 +14,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from infra.postgres import hba
-from infra.postgres.errors import AuthenticationError, ServerStartError
-from infra.postgres.server import EmbeddedPostgres
+from lodestream.infra.postgres import hba
+from lodestream.infra.postgres.errors import AuthenticationError, ServerStartError
+from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import FAST_SETTINGS, start_server
 

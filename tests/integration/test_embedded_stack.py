@@ -21,8 +21,8 @@ import httpx
 import psycopg
 import pytest
 
-from infra.nats.auth import new_user_seed, user_public_key
-from infra.postgres.hba import trusts
+from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.infra.postgres.hba import trusts
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import postgres_tempdir
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.slow
 
 def lode_up(state: Path, ports: dict[str, int], *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [
-        sys.executable, "-m", "client.cli.main", "up", "--state-dir", str(state),
+        sys.executable, "-m", "lodestream.client.cli.main", "up", "--state-dir", str(state),
         "--nats-port", str(ports["nats"]), "--websocket-port", str(ports["ws"]),
         "--postgres-port", str(ports["pg"]), "--api-port", str(ports["api"]), *extra,
     ]  # fmt: skip
@@ -55,7 +55,7 @@ def run_twice(state: Path) -> None:
 
     # Second start: same token, same jobs, the site's credential still accepted.
     second = subprocess.Popen(
-        [sys.executable, "-m", "client.cli.main", "up", "--state-dir", str(state),
+        [sys.executable, "-m", "lodestream.client.cli.main", "up", "--state-dir", str(state),
          "--nats-port", str(ports["nats"]), "--websocket-port", str(ports["ws"]),
          "--postgres-port", str(ports["pg"]), "--api-port", str(ports["api"])],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -98,7 +98,8 @@ class LodeUp:
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "client.cli.main", "up", "--state-dir", str(self.state),
+            [sys.executable, "-m", "lodestream.client.cli.main", "up",
+             "--state-dir", str(self.state),
              "--nats-port", str(self.ports["nats"]), "--websocket-port", str(self.ports["ws"]),
              "--postgres-port", str(self.ports["pg"]), "--api-port", str(self.ports["api"])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -227,7 +228,7 @@ def test_admin_commands_work_from_the_state_dir_with_their_own_roles(
 ) -> None:
     def lode(*args: str) -> str:
         result = subprocess.run(
-            [sys.executable, "-m", "client.cli.main", *args, "--state-dir",
+            [sys.executable, "-m", "lodestream.client.cli.main", *args, "--state-dir",
              str(lode_up_stack.state)],
             capture_output=True, text=True, timeout=WAIT_S, check=False,
             env={k: v for k, v in os.environ.items() if "DATABASE_URL" not in k},

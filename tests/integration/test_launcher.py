@@ -11,12 +11,12 @@ from pathlib import Path
 import psycopg
 from nats.js import JetStreamContext
 
-from agents.launcher.launcher import LauncherReport
-from agents.launcher.main import run as run_launcher
-from agents.site.main import run as run_site_agent
+from lodestream.agents.launcher.launcher import LauncherReport
+from lodestream.agents.launcher.main import run as run_launcher
+from lodestream.agents.site.main import run as run_site_agent
 from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.natsconn import connect
-from schemas.events import JobCreated
+from lodestream.schemas.events import JobCreated
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_controller import running_controller
 from tests.support.builders import job_created, site_registered

@@ -14,12 +14,12 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agents.launcher.main import run as run_launcher
+from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.eventlog import EventLog, jetstream
-from schemas.codec import encode
-from schemas.events import JobKilled, JobPreprocessed, JobReset
-from schemas.events.job import StepData
-from schemas.resources import JobSpec
+from lodestream.schemas.codec import encode
+from lodestream.schemas.events import JobKilled, JobPreprocessed, JobReset
+from lodestream.schemas.events.job import StepData
+from lodestream.schemas.resources import JobSpec
 from tests.fixtures.nats import SecureNats, connect_site
 from tests.integration.test_launcher import control_plane, started_counts, submit, until_all
 from tests.support.builders import job_created, site_registered

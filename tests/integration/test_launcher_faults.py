@@ -12,9 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from agents.site.settings import SiteSettings
+from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
-from schemas.events import JobKilled
+from lodestream.schemas.events import JobKilled
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import (
     control_plane,
@@ -30,7 +30,7 @@ SITE, OWNER = "alpha", "ada"
 
 
 def spawn(what: str, settings: SiteSettings, log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "client.cli.main"]
+    argv = [sys.executable, "-m", "lodestream.client.cli.main"]
     if what == "launcher":
         argv += ["launcher", "--site", str(settings.directory), "--wall-time-min", "10"]
     else:

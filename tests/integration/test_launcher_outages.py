@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from agents.launcher.main import run as run_launcher
+from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.eventlog import EventLog
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import control_plane, started_counts, submit, until_all
@@ -97,7 +97,7 @@ async def test_a_lapsed_heartbeat_alone_is_no_verdict_and_unsent_results_are_ret
 async def test_a_pilot_started_while_nats_is_down_opens_its_session_once_it_is_back(
     secure_nats: SecureNats, database_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="agents.site.retry")
+    caplog.set_level(logging.WARNING, logger="lodestream.agents.site.retry")
     site = secure_site_dir(secure_nats, tmp_path)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)

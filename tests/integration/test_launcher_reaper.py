@@ -6,8 +6,8 @@ import asyncio
 from dataclasses import replace
 from pathlib import Path
 
-from agents.launcher.tasks import Reaper
-from platform_adapters.launchers import FakeLauncher, FakeOutcome, LocalLauncher
+from lodestream.agents.launcher.tasks import Reaper
+from lodestream.platform_adapters.launchers import FakeLauncher, FakeOutcome, LocalLauncher
 from tests.integration.test_platform_launchers import make_spec
 
 WAIT_S = 30.0

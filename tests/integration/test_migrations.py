@@ -1,4 +1,4 @@
-"""The migrations build exactly ``infra.postgres.tables``, and tear it down again."""
+"""The migrations build exactly ``lodestream.infra.postgres.tables``, and tear it down again."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import psycopg
 import pytest
 from sqlalchemy import Engine, text
 
-from infra.postgres import migrate
-from infra.postgres.server import EmbeddedPostgres
-from infra.postgres.tables import metadata
+from lodestream.infra.postgres import migrate
+from lodestream.infra.postgres.server import EmbeddedPostgres
+from lodestream.infra.postgres.tables import metadata
 
 _numbers = itertools.count()
 

@@ -24,7 +24,7 @@ from nats.js.errors import NotFoundError
 
 from lodestream.eventlog.streams import ensure_streams
 from lodestream.natsconn import connect
-from schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.nats import ErrorLog, SecureNats, connect_site
 
 

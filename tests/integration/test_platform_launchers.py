@@ -18,9 +18,9 @@ from typing import Protocol
 
 import pytest
 
-from platform_adapters.compute import NodePlacement
-from platform_adapters.errors import StartFailed, UnknownBackend, WaitTimedOut
-from platform_adapters.launchers import (
+from lodestream.platform_adapters.compute import NodePlacement
+from lodestream.platform_adapters.errors import StartFailed, UnknownBackend, WaitTimedOut
+from lodestream.platform_adapters.launchers import (
     AppLauncher,
     FakeLauncher,
     FakeOutcome,
@@ -31,7 +31,7 @@ from platform_adapters.launchers import (
     get_launcher,
     launcher_names,
 )
-from platform_adapters.packing import Allocation
+from lodestream.platform_adapters.packing import Allocation
 
 WAIT_S = 30.0
 

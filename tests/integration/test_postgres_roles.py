@@ -18,11 +18,11 @@ import pytest
 from psycopg import errors as pg_errors
 from psycopg import sql
 
-import infra.postgres
-from infra.postgres.migrate import upgrade
-from infra.postgres.roles import API, CONTROLLER, PROJECTOR, SERVICE_ROLES, apply_roles
-from infra.postgres.server import EmbeddedPostgres, set_password
-from services.projector.rebuild import create_rebuild_schema
+import lodestream.infra.postgres
+from lodestream.infra.postgres.migrate import upgrade
+from lodestream.infra.postgres.roles import API, CONTROLLER, PROJECTOR, SERVICE_ROLES, apply_roles
+from lodestream.infra.postgres.server import EmbeddedPostgres, set_password
+from lodestream.services.projector.rebuild import create_rebuild_schema
 from tests.fixtures.postgres import FAST_SETTINGS, postgres_tempdir, start_server
 
 TEMPLATE = "roles_template"
@@ -191,7 +191,7 @@ def test_a_new_password_takes_effect(db: Database) -> None:
 def test_roles_sql_gives_a_managed_postgres_the_same_model(
     scram_server: EmbeddedPostgres,
 ) -> None:
-    script = (Path(infra.postgres.__file__).parent / "roles.sql").read_text()
+    script = (Path(lodestream.infra.postgres.__file__).parent / "roles.sql").read_text()
     scram_server.create_database("lodestream")
     try:
         with psycopg.connect(scram_server.url("lodestream"), autocommit=True) as conn:

@@ -9,12 +9,12 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import EventLog
-from schemas.envelope import Event
-from schemas.events import JobReady, JobStarted
-from schemas.events.job import StartedData
-from schemas.subjects import EVENTS_STREAM
-from services.projector.messages import RawMessage
-from services.projector.rebuild import Rebuild
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import JobReady, JobStarted
+from lodestream.schemas.events.job import StartedData
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector.messages import RawMessage
+from lodestream.services.projector.rebuild import Rebuild
 from tests.support.builders import (
     job_created,
     lifecycle,

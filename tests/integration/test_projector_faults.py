@@ -10,9 +10,9 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import Appended, EventLog
+from lodestream.schemas.envelope import Event
+from lodestream.services.projector.rebuild import Rebuild
 from lodestream.settings import NatsSettings
-from schemas.envelope import Event
-from services.projector.rebuild import Rebuild
 from tests.support.builders import job_created, lifecycle, site_registered
 from tests.support.processes import service_env, service_process
 from tests.support.projection import position, table_digest, wait_for_position
@@ -34,7 +34,7 @@ async def test_projector_killed_mid_stream_loses_and_duplicates_nothing(
     last = len(events)
 
     env = service_env(nats_settings, database_url)
-    with service_process("services.projector", env, tmp_path / "p1.log") as first:
+    with service_process("lodestream.services.projector", env, tmp_path / "p1.log") as first:
         async with asyncio.timeout(120):
             while (applied := await position(database_url)) < last // 3:
                 await asyncio.sleep(0.02)
@@ -42,7 +42,7 @@ async def test_projector_killed_mid_stream_loses_and_duplicates_nothing(
         first.wait()
     assert applied < last, "the kill must land before the projector caught up"
 
-    with service_process("services.projector", env, tmp_path / "p2.log"):
+    with service_process("lodestream.services.projector", env, tmp_path / "p2.log"):
         await wait_for_position(database_url, last, timeout_s=180)
     after_crash = await table_digest(database_url)
 

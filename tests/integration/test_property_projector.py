@@ -22,9 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from schemas.codec import DecodeError, decode_document, encode, to_document
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.codec import DecodeError, decode_document, encode, to_document
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     AppRegistered,
     BatchJobFinished,
     BatchJobRequested,
@@ -44,8 +44,8 @@ from schemas.events import (
     TransferFailed,
     TransferRequested,
 )
-from schemas.events.batch import BatchFinishedData, BatchRequestData, BatchSubmittedData
-from schemas.events.job import (
+from lodestream.schemas.events.batch import BatchFinishedData, BatchRequestData, BatchSubmittedData
+from lodestream.schemas.events.job import (
     FailureData,
     LeaseData,
     Placement,
@@ -55,15 +55,15 @@ from schemas.events.job import (
     StartedData,
     StepData,
 )
-from schemas.events.session import SessionClosedData, SessionOpenedData
-from schemas.events.site import SiteRegisteredData
-from schemas.events.xfer import TransferFailedData, TransferRequestedData
-from schemas.ids import derived_id
-from schemas.resources import App, JobSpec, NodeInfo
-from schemas.subjects import EVENTS_STREAM
-from services.projector.consumer import Projector
-from services.projector.messages import RawMessage
-from services.projector.store import ProjectionStore
+from lodestream.schemas.events.session import SessionClosedData, SessionOpenedData
+from lodestream.schemas.events.site import SiteRegisteredData
+from lodestream.schemas.events.xfer import TransferFailedData, TransferRequestedData
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import App, JobSpec, NodeInfo
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector.consumer import Projector
+from lodestream.services.projector.messages import RawMessage
+from lodestream.services.projector.store import ProjectionStore
 
 SITE = "alpha"
 OWNER = "ada"

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.launcher.main import run as run_launcher
-from agents.site.main import run as run_site_agent
-from agents.site.settings import SiteSettings
+from lodestream.agents.launcher.main import run as run_launcher
+from lodestream.agents.site.main import run as run_site_agent
+from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import control_plane, submit, until_all
@@ -29,7 +29,7 @@ def site(secure_nats: SecureNats, tmp_path: Path) -> SiteSettings:
 
 def lode(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "client.cli.main", *args],
+        [sys.executable, "-m", "lodestream.client.cli.main", *args],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
@@ -59,7 +59,7 @@ def test_a_malformed_settings_file_is_a_clear_startup_error(
 
 def test_a_broken_app_is_a_clear_startup_error(site: SiteSettings) -> None:
     (site.apps_dir / "broken.py").write_text(
-        "from agents.site.apps import ApplicationDefinition\n\n"
+        "from lodestream.agents.site.apps import ApplicationDefinition\n\n"
         "class Broken(ApplicationDefinition):\n"
         "    command_template = 'echo {{ x }}'\n"
         "    def run(self) -> None: ...\n"

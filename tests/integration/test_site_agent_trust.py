@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from agents.launcher.main import run as run_launcher
-from agents.site.agent import SiteAgent
-from agents.site.apps import load_apps
-from agents.site.connect import connect_site as connect_as_agent
+from lodestream.agents.launcher.main import run as run_launcher
+from lodestream.agents.site.agent import SiteAgent
+from lodestream.agents.site.apps import load_apps
+from lodestream.agents.site.connect import connect_site as connect_as_agent
 from lodestream.eventlog import EventLog, jetstream
-from schemas.codec import encode
-from schemas.events import JobRunErrored
-from schemas.events.job import RunResultData
-from schemas.resources import JobSpec
+from lodestream.schemas.codec import encode
+from lodestream.schemas.events import JobRunErrored
+from lodestream.schemas.events.job import RunResultData
+from lodestream.schemas.resources import JobSpec
 from tests.fixtures.nats import SecureNats, connect_site
 from tests.integration.test_launcher import control_plane, submit, until_all
 from tests.integration.test_launcher_faults import history

@@ -12,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from agents.site.apps import JobContext, load_apps, render_script
-from agents.site.apps.pyrun import EXIT_OK, EXIT_RAISED, EXIT_SETUP, PyRunResult, parse_result
-from agents.site.apps.render import PYRUN_RESULT
+from lodestream.agents.site.apps import JobContext, load_apps, render_script
+from lodestream.agents.site.apps.pyrun import (
+    EXIT_OK,
+    EXIT_RAISED,
+    EXIT_SETUP,
+    PyRunResult,
+    parse_result,
+)
+from lodestream.agents.site.apps.render import PYRUN_RESULT
 
 APPS = """
 import math
 
-from agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.apps import ApplicationDefinition
 
 
 def check(n: int) -> None:
@@ -73,7 +79,8 @@ def pyrun(
 ) -> tuple[int, PyRunResult]:
     (workdir / "params.json").write_text(json.dumps(params))
     proc = subprocess.run(
-        [sys.executable, "-m", "agents.site.apps.pyrun", "--apps-dir", str(apps), "--app", app,
+        [sys.executable, "-m", "lodestream.agents.site.apps.pyrun",
+         "--apps-dir", str(apps), "--app", app,
          "--params-json", "params.json", "--result", "out/result.json"],
         cwd=workdir, env={**os.environ, **(env or {})}, capture_output=True, text=True, check=False,
     )  # fmt: skip

@@ -34,7 +34,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.support.stack import Stack
 
 WAIT_S: Final = 30.0

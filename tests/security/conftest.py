@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infra.postgres.server import EmbeddedPostgres
+from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.support.stack import Stack, running_stack
 
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from schemas.envelope import Event
-from schemas.resources import JobSpec
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.resources import JobSpec
 
 
 def forged(

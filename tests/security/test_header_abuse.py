@@ -19,9 +19,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from schemas.events.session import Heartbeat
-from schemas.ids import derived_id
-from schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
 from tests.security.attack import (
     Violations,
     api_client,

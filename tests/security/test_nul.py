@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from lodestream.services.projector.main import rebuild
+from lodestream.services.projector.rebuild import RebuildReport
 from lodestream.settings import NatsSettings, Settings
-from services.projector.main import rebuild
-from services.projector.rebuild import RebuildReport
 from tests.security.attack import (
     Violations,
     api_client,

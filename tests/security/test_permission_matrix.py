@@ -18,8 +18,8 @@ from dataclasses import dataclass
 import pytest
 from nats.errors import Error as NatsError
 
-from schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
-from schemas.trust import WRITERS
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
+from lodestream.schemas.trust import WRITERS
 from tests.security.attack import (
     Verdict,
     Violations,

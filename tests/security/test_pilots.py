@@ -15,10 +15,10 @@ import orjson
 import pytest
 from nats.js import JetStreamContext
 
-from schemas.events import JobPreprocessed
-from schemas.events.job import StepData
-from schemas.events.session import Heartbeat
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.schemas.events import JobPreprocessed
+from lodestream.schemas.events.job import StepData
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
 from tests.security.attack import (
     WAIT_S,
     Violations,

@@ -15,8 +15,8 @@ from typing import Any
 from nats.js import JetStreamContext
 from pydantic import BaseModel
 
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     JobCreated,
     JobLeased,
     JobPostprocessed,
@@ -28,10 +28,10 @@ from schemas.events import (
     SiteRegistered,
     SiteRemoved,
 )
-from schemas.events.job import LeaseData, RunResultData, StartedData, StepData
-from schemas.events.site import SiteKeyData, SiteRegisteredData
-from schemas.ids import derived_id
-from schemas.subjects import EVENTS_STREAM, HB_IN_STREAM
+from lodestream.schemas.events.job import LeaseData, RunResultData, StartedData, StepData
+from lodestream.schemas.events.site import SiteKeyData, SiteRegisteredData
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_IN_STREAM
 from tests.security.attack import (
     Api,
     Stored,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from schemas.envelope import Event
-from schemas.events import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
     JobCreated,
     JobFinished,
     JobPreprocessed,
@@ -14,11 +14,11 @@ from schemas.events import (
     JobStarted,
     SiteRegistered,
 )
-from schemas.events.job import FinishedData, RunResultData, StartedData, StepData
-from schemas.events.site import SiteRegisteredData
-from schemas.ids import derived_id
-from schemas.resources import JobSpec
-from schemas.states import FINISHED_AT_RUN_END
+from lodestream.schemas.events.job import FinishedData, RunResultData, StartedData, StepData
+from lodestream.schemas.events.site import SiteRegisteredData
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.states import FINISHED_AT_RUN_END
 
 
 def site_registered(name: str, owner: str) -> SiteRegistered:

@@ -23,13 +23,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from infra.nats.server import NatsServer
-from infra.postgres.errors import ServerStartError
-from infra.postgres.server import EmbeddedPostgres
+from lodestream.infra.nats.server import NatsServer
+from lodestream.infra.postgres.errors import ServerStartError
+from lodestream.infra.postgres.server import EmbeddedPostgres
 
 CHAOS_DATABASE: Final = "lode_chaos"
 COMPONENTS: Final = ("projector", "controller", "agent", "pilot", "nats", "postgres")
-SERVICES: Final = {"projector": "services.projector", "controller": "services.controller"}
+SERVICES: Final = {
+    "projector": "lodestream.services.projector",
+    "controller": "lodestream.services.controller",
+}
 _STOP_TIMEOUT_S: Final = 20.0
 _POLL_S: Final = 0.2
 _PG_START_ATTEMPTS: Final = 20
@@ -184,7 +187,7 @@ class Chaos:
             name: Child(name, [sys.executable, "-m", module], service_env, log_dir)
             for name, module in SERVICES.items()
         }
-        agent = [sys.executable, "-m", "client.cli.main", "site", "start", str(site_dir)]
+        agent = [sys.executable, "-m", "lodestream.client.cli.main", "site", "start", str(site_dir)]
         self.services["agent"] = Child("agent", agent, dict(os.environ), log_dir)
         self.pilots: list[Child] = []
         self.happenings: list[Happening] = []
@@ -206,7 +209,7 @@ class Chaos:
 
     def start_pilot(self) -> Child:
         self._pilot_count += 1
-        argv = [sys.executable, "-m", "client.cli.main", "launcher",
+        argv = [sys.executable, "-m", "lodestream.client.cli.main", "launcher",
                 "--site", str(self.site_dir), "--wall-time-min", "120"]  # fmt: skip
         pilot = Child(f"pilot-{self._pilot_count}", argv, dict(os.environ), self.log_dir)
         pilot.start()

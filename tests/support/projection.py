@@ -10,10 +10,10 @@ from contextlib import asynccontextmanager
 import psycopg
 from nats.js import JetStreamContext
 
-from infra.postgres.tables import READ_SCHEMA
-from schemas.subjects import EVENTS_STREAM
-from services.projector.consumer import Projector
-from services.projector.store import ProjectionStore
+from lodestream.infra.postgres.tables import READ_SCHEMA
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector.consumer import Projector
+from lodestream.services.projector.store import ProjectionStore
 
 # Row order and columns that define "the same read model" for rebuild and crash tests.
 TABLE_ORDER = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from agents.site.settings import SiteSettings, load_site_settings
+from lodestream.agents.site.settings import SiteSettings, load_site_settings
 from tests.fixtures.nats import SecureNats
 from tests.support.processes import TEST_HEARTBEAT_TTL_S
 

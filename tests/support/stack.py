@@ -33,21 +33,21 @@ import nats
 from nats.js.errors import NotFoundError
 from pydantic import SecretStr
 
-from infra.nats.auth import (
+from lodestream.eventlog.streams import ensure_streams
+from lodestream.infra.nats.auth import (
     CONTROL_USER,
     new_password,
     new_user_seed,
     render_authorization,
     user_public_key,
 )
-from infra.nats.config import NatsServerConfig
-from infra.nats.server import NatsServer
-from infra.nats.tls import ensure_local_ca
-from infra.postgres.server import EmbeddedPostgres
-from lodestream.eventlog.streams import ensure_streams
+from lodestream.infra.nats.config import NatsServerConfig
+from lodestream.infra.nats.server import NatsServer
+from lodestream.infra.nats.tls import ensure_local_ca
+from lodestream.infra.postgres.server import EmbeddedPostgres
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api.users import create_user
 from lodestream.settings import NatsSettings
-from schemas.subjects import EVENTS_STREAM
-from services.api.users import create_user
 from tests.fixtures.nats import write_seed
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import TEMPLATE_DATABASE
@@ -60,9 +60,9 @@ SITE_OWNERS: Final = {"alpha": "ada", "beta": "bob"}
 """The stack's sites and the user who registered each."""
 
 SERVICES: Final = {
-    "projector": "services.projector",
-    "controller": "services.controller",
-    "api": "services.api",
+    "projector": "lodestream.services.projector",
+    "controller": "lodestream.services.controller",
+    "api": "lodestream.services.api",
 }
 START_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 15.0
@@ -152,7 +152,7 @@ class Stack:
             self.root / "sites" / name, site, wss_url=self.websocket_url, ca_file=self.ca_file,
             seed_file=self.seed_files[site],
         )  # fmt: skip
-        argv = [sys.executable, "-m", "client.cli.main", "launcher",
+        argv = [sys.executable, "-m", "lodestream.client.cli.main", "launcher",
                 "--site", str(settings.directory), "--wall-time-min", "10"]  # fmt: skip
         with self.log_path(name).open("ab") as log:
             # A session of its own, so the test can kill the pilot and the tasks it runs.

@@ -11,7 +11,7 @@ from types import ModuleType
 
 import pytest
 
-from schemas.codec import CURRENT_VERSION
+from lodestream.schemas.codec import CURRENT_VERSION
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "tools" / "export_json_schema.py"

@@ -26,7 +26,7 @@ def test_lifecycle_doc_is_current() -> None:
 
 
 def test_every_transition_appears_in_the_diagram() -> None:
-    from schemas.states import TRANSITIONS  # noqa: PLC0415
+    from lodestream.schemas.states import TRANSITIONS  # noqa: PLC0415
 
     text = _tool().render()
     for event in TRANSITIONS:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 
-from infra.nats.auth import (
+from lodestream.infra.nats.auth import (
     SITE_CONSUMER_PURPOSES,
     new_password,
     new_user_seed,
@@ -22,14 +22,14 @@ from infra.nats.auth import (
     site_permissions,
     user_public_key,
 )
-from infra.nats.cluster import cluster_configs, example_configs, render_cluster_configs
-from infra.nats.config import NatsServerConfig, render_config
-from infra.nats.errors import BinaryNotFoundError, TlsMaterialError
-from infra.nats.server import find_binary
-from infra.nats.tls import ensure_local_ca
-from schemas.codec import EVENT_CLASSES
-from schemas.subjects import SubjectError
-from schemas.trust import WRITERS
+from lodestream.infra.nats.cluster import cluster_configs, example_configs, render_cluster_configs
+from lodestream.infra.nats.config import NatsServerConfig, render_config
+from lodestream.infra.nats.errors import BinaryNotFoundError, TlsMaterialError
+from lodestream.infra.nats.server import find_binary
+from lodestream.infra.nats.tls import ensure_local_ca
+from lodestream.schemas.codec import EVENT_CLASSES
+from lodestream.schemas.subjects import SubjectError
+from lodestream.schemas.trust import WRITERS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "infra" / "nats" / "examples" / "cluster"
 BAD_SITES = ["", "Alpha", "al.pha", "al*", "al>", "a b", "-alpha", "alpha-", "x" * 41]
@@ -268,7 +268,7 @@ def test_cluster_configs_are_accepted_by_nats_server(tmp_path: Path) -> None:
 
 
 def test_shipped_cluster_examples_are_current() -> None:
-    """Regenerate with ``python -m infra.nats.cluster infra/nats/examples/cluster``."""
+    """Regenerate with ``python -m lodestream.infra.nats.cluster infra/nats/examples/cluster``."""
     for config in example_configs():
         shipped = (EXAMPLES / f"{config.server_name}.conf").read_text()
         assert shipped == render_config(config)

@@ -26,7 +26,7 @@ def test_permissions_doc_is_current() -> None:
 
 
 def test_every_event_type_has_a_row() -> None:
-    from schemas.codec import EVENT_CLASSES  # noqa: PLC0415
+    from lodestream.schemas.codec import EVENT_CLASSES  # noqa: PLC0415
 
     text = _tool().render()
     for event_type in EVENT_CLASSES:

@@ -7,14 +7,14 @@ import socket
 
 import pytest
 
-from platform_adapters.compute import (
+from lodestream.platform_adapters.compute import (
     NodeSpec,
     get_node_discovery,
     local_nodes,
     node_discovery_names,
     parse_cuda_visible_devices,
 )
-from platform_adapters.errors import DiscoveryError, UnknownBackend
+from lodestream.platform_adapters.errors import DiscoveryError, UnknownBackend
 
 
 def test_default_is_this_host_with_its_usable_cores_and_no_gpus() -> None:

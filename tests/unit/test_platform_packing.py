@@ -7,15 +7,15 @@ from collections import Counter
 
 import pytest
 
-from platform_adapters.compute import ComputeNode, NodePlacement, NodeSpec
-from platform_adapters.errors import (
+from lodestream.platform_adapters.compute import ComputeNode, NodePlacement, NodeSpec
+from lodestream.platform_adapters.errors import (
     InsufficientResources,
     InvalidNodeSpec,
     InvalidRequest,
     UnknownJob,
 )
-from platform_adapters.packing import Allocation, JobRequest, NodePacker
-from schemas.resources import JobResources
+from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePacker
+from lodestream.schemas.resources import JobResources
 
 
 def nodes(count: int, cpus: int = 8, gpus: int = 0, prefix: str = "n") -> list[NodeSpec]:

@@ -20,12 +20,12 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agents.launcher.work import NotWork, work_item
-from schemas.codec import encode
-from schemas.envelope import Event
-from schemas.events.session import Heartbeat
-from schemas.subjects import EVENTS_STREAM, HB_STREAM
-from schemas.trust import (
+from lodestream.agents.launcher.work import NotWork, work_item
+from lodestream.schemas.codec import encode
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.schemas.trust import (
     MARKER_HEADER,
     SOURCE_HEADER,
     HeartbeatExpired,
@@ -34,9 +34,9 @@ from schemas.trust import (
     event_from_message,
     heartbeat_message,
 )
-from services.controller.loop import Controller
-from services.projector.messages import RawMessage, decode_message
-from services.projector.rows import QuarantineRow
+from lodestream.services.controller.loop import Controller
+from lodestream.services.projector.messages import RawMessage, decode_message
+from lodestream.services.projector.rows import QuarantineRow
 from tests.support.builders import job_created, lifecycle
 
 SESSION = uuid.UUID("00000000-0000-7000-8000-000000000001")

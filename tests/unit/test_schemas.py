@@ -13,16 +13,23 @@ import orjson
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from schemas.codec import CURRENT_VERSION, EVENT_CLASSES, DecodeError, decode, encode, to_document
-from schemas.envelope import Event
-from schemas.events.app import AppRemovedData
-from schemas.events.batch import (
+from lodestream.schemas.codec import (
+    CURRENT_VERSION,
+    EVENT_CLASSES,
+    DecodeError,
+    decode,
+    encode,
+    to_document,
+)
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.app import AppRemovedData
+from lodestream.schemas.events.batch import (
     BatchFinishedData,
     BatchReasonData,
     BatchRequestData,
     BatchSubmittedData,
 )
-from schemas.events.job import (
+from lodestream.schemas.events.job import (
     FailureData,
     FinishedData,
     JobFinished,
@@ -36,21 +43,21 @@ from schemas.events.job import (
     StartedData,
     StepData,
 )
-from schemas.events.session import (
+from lodestream.schemas.events.session import (
     Heartbeat,
     SessionClosedData,
     SessionExpiredData,
     SessionOpenedData,
 )
-from schemas.events.site import SiteKeyData, SiteRegisteredData, SiteRemovedData
-from schemas.events.xfer import (
+from lodestream.schemas.events.site import SiteKeyData, SiteRegisteredData, SiteRemovedData
+from lodestream.schemas.events.xfer import (
     TransferDoneData,
     TransferFailedData,
     TransferRequestedData,
     TransferSubmittedData,
 )
-from schemas.ids import derived_id, uuid7
-from schemas.resources import (
+from lodestream.schemas.ids import derived_id, uuid7
+from lodestream.schemas.resources import (
     MAX_PARENTS,
     App,
     BatchJob,
@@ -60,8 +67,8 @@ from schemas.resources import (
     Site,
     TransferSpec,
 )
-from schemas.states import FINISHED_AT_RUN_END
-from schemas.subjects import (
+from lodestream.schemas.states import FINISHED_AT_RUN_END
+from lodestream.schemas.subjects import (
     SubjectError,
     aggregate_filter,
     check_site,
@@ -69,7 +76,7 @@ from schemas.subjects import (
     heartbeat_subject,
     parse_event_subject,
 )
-from schemas.upcast import Document, unregister, upcaster
+from lodestream.schemas.upcast import Document, unregister, upcaster
 
 SITE = "alpha"
 AGGREGATE = uuid.UUID("01900000-0000-7000-8000-000000000001")

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agents.site.apps import (
+from lodestream.agents.site.apps import (
     AppDefinitionError,
     ApplicationDefinition,
     Decision,
@@ -17,8 +17,8 @@ from agents.site.apps import (
     Parameter,
     TransferSlot,
 )
-from agents.site.apps.definition import defined_hooks
-from schemas.resources import JobSpec
+from lodestream.agents.site.apps.definition import defined_hooks
+from lodestream.schemas.resources import JobSpec
 
 
 def make(attrs: dict[str, Any], name: str = "Probe") -> type[ApplicationDefinition]:

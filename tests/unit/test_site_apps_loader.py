@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from agents.site.apps import AppLoadError, app_fingerprint, load_apps, to_app_model
-from schemas.resources import App, AppParameter, AppTransferSlot
+from lodestream.agents.site.apps import AppLoadError, app_fingerprint, load_apps, to_app_model
+from lodestream.schemas.resources import App, AppParameter, AppTransferSlot
 
 GOOD = '''
-from agents.site.apps import ApplicationDefinition, Decision, Parameter, TransferSlot
+from lodestream.agents.site.apps import ApplicationDefinition, Decision, Parameter, TransferSlot
 
 
 class Sim(ApplicationDefinition):
@@ -65,7 +65,7 @@ def test_loads_every_public_file_and_skips_helpers(apps: Path) -> None:
         apps,
         "more.py",
         """
-        from agents.site.apps import ApplicationDefinition
+        from lodestream.agents.site.apps import ApplicationDefinition
         class Echo(ApplicationDefinition):
             command_template = "echo {{ x }}"
     """,
@@ -111,7 +111,7 @@ def test_error_while_importing_points_at_the_files_own_line(apps: Path) -> None:
 
 def test_invalid_definition_names_file_class_line_and_reason(apps: Path) -> None:
     path = write(apps, "bad.py", '''
-        from agents.site.apps import ApplicationDefinition
+        from lodestream.agents.site.apps import ApplicationDefinition
 
 
         class Quoted(ApplicationDefinition):
@@ -128,7 +128,7 @@ def test_invalid_definition_names_file_class_line_and_reason(apps: Path) -> None
 def test_duplicate_names_across_files(apps: Path) -> None:
     first = write(apps, "a.py", GOOD)
     second = write(apps, "b.py", '''
-        from agents.site.apps import ApplicationDefinition
+        from lodestream.agents.site.apps import ApplicationDefinition
 
 
         class Other(ApplicationDefinition):
@@ -145,7 +145,7 @@ def test_duplicate_names_across_files(apps: Path) -> None:
 
 def test_duplicate_names_within_one_file(apps: Path) -> None:
     path = write(apps, "twice.py", '''
-        from agents.site.apps import ApplicationDefinition
+        from lodestream.agents.site.apps import ApplicationDefinition
 
 
         class One(ApplicationDefinition):
@@ -162,8 +162,8 @@ def test_duplicate_names_within_one_file(apps: Path) -> None:
 
 def test_imported_apps_are_not_registered_twice(apps: Path) -> None:
     write(apps, "reuse.py", '''
-        from agents.site.apps import ApplicationDefinition
-        from agents.site.apps.examples.eigh import Eigh
+        from lodestream.agents.site.apps import ApplicationDefinition
+        from lodestream.agents.site.apps.examples.eigh import Eigh
 
 
         class Local(ApplicationDefinition):
@@ -174,9 +174,9 @@ def test_imported_apps_are_not_registered_twice(apps: Path) -> None:
 
 def test_same_file_name_in_two_sites_stays_apart(tmp_path: Path) -> None:
     one, two = tmp_path / "one", tmp_path / "two"
-    write(one, "app.py", "from agents.site.apps import ApplicationDefinition\n"
+    write(one, "app.py", "from lodestream.agents.site.apps import ApplicationDefinition\n"
           "class A(ApplicationDefinition):\n    command_template = 'one'\n")  # fmt: skip
-    write(two, "app.py", "from agents.site.apps import ApplicationDefinition\n"
+    write(two, "app.py", "from lodestream.agents.site.apps import ApplicationDefinition\n"
           "class A(ApplicationDefinition):\n    command_template = 'two'\n")  # fmt: skip
     a1, a2 = load_apps(one)["A"], load_apps(two)["A"]
     assert a1.__module__ != a2.__module__
@@ -212,7 +212,10 @@ def test_fingerprint_is_stable_and_changes_only_with_the_interface(tmp_path: Pat
         write(apps, "app.py", source)
         return app_fingerprint(load_apps(apps)["A"])
 
-    header = "from agents.site.apps import ApplicationDefinition\nclass A(ApplicationDefinition):\n"
+    header = (
+        "from lodestream.agents.site.apps import ApplicationDefinition\n"
+        "class A(ApplicationDefinition):\n"
+    )
     base = fingerprint(header + "    command_template = 'a {{ x }} {{ y }}'\n", "base")
     assert len(base) == 64
     assert base == fingerprint(header + "    command_template = 'a {{ x }} {{ y }}'\n", "again")

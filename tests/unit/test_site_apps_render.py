@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agents.site.apps import (
+from lodestream.agents.site.apps import (
     AppDefinitionError,
     ApplicationDefinition,
     JobContext,
@@ -20,7 +20,7 @@ from agents.site.apps import (
     render_script,
     resolve_parameters,
 )
-from agents.site.apps.render import PYRUN_PARAMS, PYRUN_RESULT
+from lodestream.agents.site.apps.render import PYRUN_PARAMS, PYRUN_RESULT
 
 
 class Args(ApplicationDefinition):
@@ -170,7 +170,7 @@ def test_script_refuses_a_preamble_that_is_not_text(tmp_path: Path) -> None:
 
 def test_python_app_renders_pyrun_with_values_in_the_params_file(tmp_path: Path) -> None:
     command = render_command(Adder, {"x": "$(touch PWNED)"})
-    assert " -m agents.site.apps.pyrun " in command
+    assert " -m lodestream.agents.site.apps.pyrun " in command
     assert f"--app Adder --params-json {PYRUN_PARAMS} --result {PYRUN_RESULT}" in command
     assert "PWNED" not in command
     assert f"--apps-dir {Path(__file__).resolve().parent}" in command
@@ -178,6 +178,8 @@ def test_python_app_renders_pyrun_with_values_in_the_params_file(tmp_path: Path)
         Adder, JobContext(job_id=uuid.uuid4(), workdir=tmp_path, parameters={"x": "'2'"})
     )
     # Run everything but the pyrun line: the params file must hold the exact values.
-    setup = "\n".join(line for line in script.splitlines() if "agents.site.apps.pyrun" not in line)
+    setup = "\n".join(
+        line for line in script.splitlines() if "lodestream.agents.site.apps.pyrun" not in line
+    )
     subprocess.run(["bash", "-c", setup], check=True)
     assert (tmp_path / PYRUN_PARAMS).read_text() == '{"x": "\'2\'", "y": "1"}\n'

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from agents.site.apps import ApplicationDefinition, JobContext, render_command
-from agents.site.apps.render import render_exec
-from agents.site.apps.simple import simple_argv
+from lodestream.agents.site.apps import ApplicationDefinition, JobContext, render_command
+from lodestream.agents.site.apps.render import render_exec
+from lodestream.agents.site.apps.simple import simple_argv
 from tests.unit.test_site_apps_render import HOSTILE, Args
 
 PRINTER = "printargs"  # a file on the test's PATH that prints its arguments NUL-terminated

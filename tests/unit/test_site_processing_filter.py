@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from agents.site.apps import ApplicationDefinition
-from agents.site.processing import Processing
+from lodestream.agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.processing import Processing
 
 
 class Plain(ApplicationDefinition):

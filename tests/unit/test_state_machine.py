@@ -1,4 +1,5 @@
-"""The job state machine (``schemas.states.TRANSITIONS``) as enforced by ``schemas.fold.apply``.
+"""The job state machine (``lodestream.schemas.states.TRANSITIONS``) as enforced by
+``lodestream.schemas.fold.apply``.
 
 Exhaustive: every job event type x every state (and no job yet) x lease held or
 not is applied to a view built directly, and must be accepted exactly when the
@@ -15,10 +16,10 @@ from datetime import UTC, datetime
 import pytest
 from pydantic import BaseModel
 
-from schemas.codec import EVENT_CLASSES
-from schemas.envelope import Event
-from schemas.events.batch import BatchJobQueued
-from schemas.events.job import (
+from lodestream.schemas.codec import EVENT_CLASSES
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.batch import BatchJobQueued
+from lodestream.schemas.events.job import (
     JOB_EVENTS,
     FailureData,
     FinishedData,
@@ -31,9 +32,9 @@ from schemas.events.job import (
     StartedData,
     StepData,
 )
-from schemas.fold import IllegalTransition, JobView, apply, fold
-from schemas.resources import JobSpec
-from schemas.states import (
+from lodestream.schemas.fold import IllegalTransition, JobView, apply, fold
+from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.states import (
     FINAL,
     FINISHED_AT_RUN_END,
     RUNNABLE,

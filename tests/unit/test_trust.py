@@ -8,15 +8,21 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from infra.nats.auth import new_user_seed, user_public_key
-from schemas.codec import encode
-from schemas.envelope import Event
-from schemas.events import AppRegistered, JobCreated, JobFinished, JobPreprocessed, SiteKeyBound
-from schemas.events.job import FinishedData, RunResultData, StepData
-from schemas.events.session import Heartbeat
-from schemas.events.site import SiteKeyData
-from schemas.resources import App, JobSpec
-from schemas.trust import (
+from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.codec import encode
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
+    AppRegistered,
+    JobCreated,
+    JobFinished,
+    JobPreprocessed,
+    SiteKeyBound,
+)
+from lodestream.schemas.events.job import FinishedData, RunResultData, StepData
+from lodestream.schemas.events.session import Heartbeat
+from lodestream.schemas.events.site import SiteKeyData
+from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.trust import (
     MARKER_HEADER,
     SOURCE_HEADER,
     HeartbeatBeat,

@@ -1,7 +1,7 @@
 """Site applications: definitions, loading from ``apps/``, rendering and the Python runner."""
 
-from agents.site.apps.definition import ApplicationDefinition, Decision, JobContext
-from agents.site.apps.errors import (
+from lodestream.agents.site.apps.definition import ApplicationDefinition, Decision, JobContext
+from lodestream.agents.site.apps.errors import (
     AppDefinitionError,
     AppError,
     AppLoadError,
@@ -9,9 +9,9 @@ from agents.site.apps.errors import (
     ResultError,
     UnknownApp,
 )
-from agents.site.apps.loader import app_fingerprint, load_apps, to_app_model
-from agents.site.apps.render import render_command, render_script, resolve_parameters
-from agents.site.apps.spec import AppSpec, Parameter, TransferSlot
+from lodestream.agents.site.apps.loader import app_fingerprint, load_apps, to_app_model
+from lodestream.agents.site.apps.render import render_command, render_script, resolve_parameters
+from lodestream.agents.site.apps.spec import AppSpec, Parameter, TransferSlot
 
 __all__ = [
     "AppDefinitionError",

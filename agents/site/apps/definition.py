@@ -22,11 +22,17 @@ from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from agents.site.apps.errors import AppDefinitionError
-from agents.site.apps.spec import AppSpec, Parameter, TransferSlot, build_spec, check_hooks
+from lodestream.agents.site.apps.errors import AppDefinitionError
+from lodestream.agents.site.apps.spec import (
+    AppSpec,
+    Parameter,
+    TransferSlot,
+    build_spec,
+    check_hooks,
+)
 
 if TYPE_CHECKING:
-    from schemas.resources import JobSpec
+    from lodestream.schemas.resources import JobSpec
 
 # Hooks the site processing module calls between events; published in App.hooks so the
 # controller can skip a step for apps that keep the default.

@@ -21,11 +21,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
 
-from agents.site.apps.definition import ApplicationDefinition, defined_hooks
-from agents.site.apps.errors import AppLoadError
+from lodestream.agents.site.apps.definition import ApplicationDefinition, defined_hooks
+from lodestream.agents.site.apps.errors import AppLoadError
 
 if TYPE_CHECKING:
-    from schemas.resources import App
+    from lodestream.schemas.resources import App
 
 _FINGERPRINT_SITE = "fingerprint"  # any valid slug: the fingerprint leaves the site out
 
@@ -55,7 +55,7 @@ def load_apps(apps_dir: Path) -> dict[str, type[ApplicationDefinition]]:
 def to_app_model(app_cls: type[ApplicationDefinition], site: str) -> App:
     """The app's interface as published in app.registered / app.updated; never its command."""
     # Imported here: pydantic costs pyrun, which loads the apps in every Python job, ~0.25 s.
-    from schemas.resources import App, AppParameter, AppTransferSlot  # noqa: PLC0415
+    from lodestream.schemas.resources import App, AppParameter, AppTransferSlot  # noqa: PLC0415
 
     spec = app_cls.spec
     return App(

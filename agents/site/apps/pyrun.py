@@ -1,6 +1,6 @@
-"""Run a Python-function app inside the job: ``python -m agents.site.apps.pyrun``.
+"""Run a Python-function app inside the job: ``python -m lodestream.agents.site.apps.pyrun``.
 
-    python -m agents.site.apps.pyrun --apps-dir D --app NAME \\
+    python -m lodestream.agents.site.apps.pyrun --apps-dir D --app NAME \\
         --params-json FILE --result FILE
 
 Writes ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "Type: msg",
@@ -24,10 +24,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from agents.site.apps.definition import ApplicationDefinition, JobContext
-from agents.site.apps.errors import AppError, ParameterError, ResultError, UnknownApp
-from agents.site.apps.loader import load_apps
-from agents.site.apps.render import resolve_parameters
+from lodestream.agents.site.apps.definition import ApplicationDefinition, JobContext
+from lodestream.agents.site.apps.errors import AppError, ParameterError, ResultError, UnknownApp
+from lodestream.agents.site.apps.loader import load_apps
+from lodestream.agents.site.apps.render import resolve_parameters
 
 EXIT_OK = 0
 EXIT_RAISED = 1
@@ -125,7 +125,9 @@ def _write_text(path: Path, text: str) -> None:
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m agents.site.apps.pyrun", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m lodestream.agents.site.apps.pyrun", description=__doc__
+    )
     parser.add_argument("--apps-dir", required=True, help="the site's apps/ directory")
     parser.add_argument("--app", required=True, help="name of the Python-function app")
     parser.add_argument("--params-json", required=True, help="JSON object of parameter values")

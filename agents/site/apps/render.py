@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from agents.site.apps.definition import ApplicationDefinition, JobContext
-from agents.site.apps.errors import AppDefinitionError, ParameterError
-from agents.site.apps.simple import simple_argv
-from agents.site.apps.template import substitute
+from lodestream.agents.site.apps.definition import ApplicationDefinition, JobContext
+from lodestream.agents.site.apps.errors import AppDefinitionError, ParameterError
+from lodestream.agents.site.apps.simple import simple_argv
+from lodestream.agents.site.apps.template import substitute
 
 PYRUN_DIR: Final = ".lode"
 PYRUN_PARAMS: Final = f"{PYRUN_DIR}/pyrun-params.json"
@@ -62,7 +62,7 @@ def render_command(app_cls: type[ApplicationDefinition], params: Mapping[str, st
     if spec.command_template is not None:
         return substitute(spec.command_template, resolved)
     return shlex.join([
-        spec.python_exe, "-m", "agents.site.apps.pyrun",
+        spec.python_exe, "-m", "lodestream.agents.site.apps.pyrun",
         "--apps-dir", str(apps_dir_of(app_cls)), "--app", spec.name,
         "--params-json", PYRUN_PARAMS, "--result", PYRUN_RESULT,
     ])  # fmt: skip

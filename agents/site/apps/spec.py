@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Final, Literal
 
-from agents.site.apps.errors import AppDefinitionError
-from agents.site.apps.template import is_parameter_name, placeholders
+from lodestream.agents.site.apps.errors import AppDefinitionError
+from lodestream.agents.site.apps.template import is_parameter_name, placeholders
 
 APP_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,79}$")  # schemas.resources.AppName
 SLOT_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # schemas.resources.SlotName

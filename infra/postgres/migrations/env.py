@@ -1,11 +1,11 @@
 """Alembic environment for the read models (schema ``rm``) and the API's auth tables.
 
 The database comes from, in order: a connection handed over by
-:mod:`infra.postgres.migrate` (``config.attributes["connection"]``), the
+:mod:`lodestream.infra.postgres.migrate` (``config.attributes["connection"]``), the
 ``sqlalchemy.url`` option, or — when run from the alembic command line — the
 ``DATABASE_URL``/``LODE_DATABASE_URL`` setting. The version table lives in
 ``public`` so that dropping and rebuilding ``rm`` never loses it. Connections
-have an empty ``search_path`` (see :mod:`infra.postgres.migrate`): every name
+have an empty ``search_path`` (see :mod:`lodestream.infra.postgres.migrate`): every name
 in a migration must be schema-qualified.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from alembic import context
 from sqlalchemy import Connection, text
 
-from infra.postgres.migrate import (
+from lodestream.infra.postgres.migrate import (
     MIGRATION_LOCK_KEY,
     VERSION_TABLE,
     VERSION_TABLE_SCHEMA,
@@ -25,7 +25,7 @@ from infra.postgres.migrate import (
     migration_engine,
     sqlalchemy_url,
 )
-from infra.postgres.tables import metadata
+from lodestream.infra.postgres.tables import metadata
 from lodestream.settings import Settings
 
 config = context.config

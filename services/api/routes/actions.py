@@ -17,14 +17,14 @@ from fastapi import APIRouter
 from sqlalchemy import RowMapping
 
 from lodestream.eventlog import ConflictError
-from schemas.envelope import Event
-from schemas.events import JobKilled, JobReset
-from schemas.events.job import ReasonData
-from schemas.fold import IllegalTransition, JobView, apply
-from schemas.states import JobState
-from services.api import appends, queries
-from services.api.deps import Context, User
-from services.api.errors import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import JobKilled, JobReset
+from lodestream.schemas.events.job import ReasonData
+from lodestream.schemas.fold import IllegalTransition, JobView, apply
+from lodestream.schemas.states import JobState
+from lodestream.services.api import appends, queries
+from lodestream.services.api.deps import Context, User
+from lodestream.services.api.errors import (
     Conflict,
     InvalidInput,
     NotFound,
@@ -33,8 +33,8 @@ from services.api.errors import (
     Unavailable,
     documented,
 )
-from services.api.models import FreeText, Wire
-from services.api.submit import actor
+from lodestream.services.api.models import FreeText, Wire
+from lodestream.services.api.submit import actor
 
 router = APIRouter(tags=["jobs"])
 ATTEMPTS = 5

@@ -6,11 +6,17 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from schemas.subjects import SITE_SLUG_PATTERN
-from services.api import queries
-from services.api.deps import Db, User
-from services.api.errors import InvalidInput, NotFound, Unauthorized, Unavailable, documented
-from services.api.models import AppOut
+from lodestream.schemas.subjects import SITE_SLUG_PATTERN
+from lodestream.services.api import queries
+from lodestream.services.api.deps import Db, User
+from lodestream.services.api.errors import (
+    InvalidInput,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    documented,
+)
+from lodestream.services.api.models import AppOut
 
 router = APIRouter(tags=["apps"])
 

@@ -6,11 +6,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query
 
-from schemas.subjects import EVENTS_STREAM
-from services.api import queries
-from services.api.deps import Context, Db, User
-from services.api.errors import InvalidInput, Unauthorized, Unavailable, documented
-from services.api.models import MAX_PAGE_SIZE, SEQ_MAX, EventPage, JobEventOut
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api import queries
+from lodestream.services.api.deps import Context, Db, User
+from lodestream.services.api.errors import InvalidInput, Unauthorized, Unavailable, documented
+from lodestream.services.api.models import MAX_PAGE_SIZE, SEQ_MAX, EventPage, JobEventOut
 
 router = APIRouter(tags=["events"])
 

@@ -10,11 +10,11 @@ from nats.errors import Error as NatsError
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
-from schemas.subjects import EVENTS_STREAM
-from services.api import queries
-from services.api.deps import ApiContext, Context
-from services.api.errors import NotReady
-from services.api.models import Check, ProjectorLag, Readiness
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api import queries
+from lodestream.services.api.deps import ApiContext, Context
+from lodestream.services.api.errors import NotReady
+from lodestream.services.api.models import Check, ProjectorLag, Readiness
 
 router = APIRouter(tags=["health"])
 

@@ -9,15 +9,15 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import AwareDatetime, StringConstraints, ValidationError
 
-from schemas.envelope import now
-from schemas.events.job import JobCreated
-from schemas.resources import APP_NAME_PATTERN
-from schemas.states import JobState
-from schemas.subjects import SITE_SLUG_PATTERN
-from services.api import appends, queries, submit, waiting
-from services.api.appends import Accepted, Refused
-from services.api.deps import Context, Db, User
-from services.api.errors import (
+from lodestream.schemas.envelope import now
+from lodestream.schemas.events.job import JobCreated
+from lodestream.schemas.resources import APP_NAME_PATTERN
+from lodestream.schemas.states import JobState
+from lodestream.schemas.subjects import SITE_SLUG_PATTERN
+from lodestream.services.api import appends, queries, submit, waiting
+from lodestream.services.api.appends import Accepted, Refused
+from lodestream.services.api.deps import Context, Db, User
+from lodestream.services.api.errors import (
     MAX_DETAILS,
     Conflict,
     InvalidInput,
@@ -30,7 +30,7 @@ from services.api.errors import (
     documented,
     invalid_from_errors,
 )
-from services.api.models import (
+from lodestream.services.api.models import (
     MAX_PAGE_SIZE,
     SEQ_MAX,
     TAG_FILTER_PATTERN,

@@ -7,8 +7,8 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from lodestream.eventlog import ConflictError
-from schemas.envelope import Event
-from schemas.events.site import (
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events.site import (
     SiteKeyBound,
     SiteKeyData,
     SiteRegistered,
@@ -16,11 +16,11 @@ from schemas.events.site import (
     SiteRemoved,
     SiteRemovedData,
 )
-from schemas.ids import derived_id
-from schemas.subjects import SITE_SLUG_PATTERN
-from services.api import appends, queries, waiting
-from services.api.deps import Context, Db, User
-from services.api.errors import (
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.subjects import SITE_SLUG_PATTERN
+from lodestream.services.api import appends, queries, waiting
+from lodestream.services.api.deps import Context, Db, User
+from lodestream.services.api.errors import (
     Conflict,
     InvalidInput,
     NotFound,
@@ -30,8 +30,8 @@ from services.api.errors import (
     WaitTimedOut,
     documented,
 )
-from services.api.models import SiteCreate, SiteCreated, SiteKey, SiteOut
-from services.api.submit import actor
+from lodestream.services.api.models import SiteCreate, SiteCreated, SiteKey, SiteOut
+from lodestream.services.api.submit import actor
 
 router = APIRouter(tags=["sites"])
 

@@ -1,6 +1,6 @@
 """The chaos test's app: records every start in its workdir, then runs briefly."""
 
-from agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.apps import ApplicationDefinition
 
 
 class ChaosMarker(ApplicationDefinition):

@@ -1,6 +1,6 @@
 """Apps for the end-to-end tests, as a site author writes them."""
 
-from agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.apps import ApplicationDefinition
 
 
 class Hello(ApplicationDefinition):

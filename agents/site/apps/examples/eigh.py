@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from agents.site.apps import ApplicationDefinition, Decision, Parameter
+from lodestream.agents.site.apps import ApplicationDefinition, Decision, Parameter
 
 MAX_N = 20_000
 USAGE_ERROR = 2  # argparse's exit code: running the same arguments again cannot help

@@ -7,7 +7,7 @@ value must be JSON. An exception goes back to the client with its traceback.
 
 from __future__ import annotations
 
-from agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.apps import ApplicationDefinition
 
 MAX_N = 20_000
 

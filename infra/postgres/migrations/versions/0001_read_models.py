@@ -4,7 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2025-11-22
 
-Written out rather than derived from ``infra.postgres.tables`` so that this
+Written out rather than derived from ``lodestream.infra.postgres.tables`` so that this
 revision stays what it was when it shipped; tests/integration/test_migrations.py
 checks that head matches the metadata. Constraint names are Postgres' own
 defaults, spelled out so that every database gets the same ones.
