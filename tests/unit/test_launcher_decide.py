@@ -47,8 +47,9 @@ SESSION = uuid.UUID("01900000-0000-7000-8000-0000000000a1")
 AT = datetime(2025, 1, 2, tzinfo=UTC)
 LEASE_SEQ = 12
 SPEC = JobSpec(site=SITE, app="demo", workdir="demo/1")
-ALLOCATION = Allocation("j", (NodePlacement("n1", (0, 1), ("0", "MIG-a")),
-                              NodePlacement("n2", (4,))))  # fmt: skip
+ALLOCATION = Allocation(
+    "j", (NodePlacement("n1", (0, 1), ("0", "MIG-a")), NodePlacement("n2", (4,)))
+)
 
 
 def item(spec: JobSpec = SPEC, *, seq: int = 10, attempt: int = 1) -> WorkItem:
@@ -66,13 +67,25 @@ def end(code: int = 0, *, tail: str = "", pyrun: str | None = None) -> RunEnd:
 
 def running() -> JobView:
     """The job as the pilot holds it while its task runs: RUNNING on our lease."""
-    return JobView(id=JOB_ID, site=SITE, state=JobState.RUNNING, last_seq=LEASE_SEQ,
-                   lease_seq=LEASE_SEQ, lease_session=SESSION, attempts=1)  # fmt: skip
+    return JobView(
+        id=JOB_ID,
+        site=SITE,
+        state=JobState.RUNNING,
+        last_seq=LEASE_SEQ,
+        lease_seq=LEASE_SEQ,
+        lease_session=SESSION,
+        attempts=1,
+    )
 
 
 def fold_outcome(outcome: Outcome, view: JobView) -> JobView:
-    event = outcome.kind.create(site=SITE, aggregate_id=JOB_ID, actor=f"launcher:{SESSION}",
-                                data=outcome.data, occurred_at=AT)  # fmt: skip
+    event = outcome.kind.create(
+        site=SITE,
+        aggregate_id=JOB_ID,
+        actor=f"launcher:{SESSION}",
+        data=outcome.data,
+        occurred_at=AT,
+    )
     return apply(view, event, view.last_seq + 1)
 
 
@@ -112,9 +125,13 @@ def test_offer_places_exactly_what_fits_and_has_time(
 
 @pytest.mark.parametrize(
     ("seq", "expected"),
-    [(10, Redelivery.LEASING), (9, Redelivery.STALE), (1, Redelivery.STALE),
-     (11, Redelivery.NEWER)],
-)  # fmt: skip
+    [
+        (10, Redelivery.LEASING),
+        (9, Redelivery.STALE),
+        (1, Redelivery.STALE),
+        (11, Redelivery.NEWER),
+    ],
+)
 def test_a_second_delivery_of_a_held_job(seq: int, expected: Redelivery) -> None:
     assert decide.redelivery(seq, held_seq=10) is expected
 
@@ -137,9 +154,15 @@ def test_work_as_submitted_is_run() -> None:
 
 @pytest.mark.parametrize(
     "change",
-    [{"app": "other"}, {"workdir": "elsewhere"}, {"parameters": {"x": "1"}},
-     {"num_nodes": 2}, {"data": {"k": [1]}}, {"tags": {"t": "v"}}],
-)  # fmt: skip
+    [
+        {"app": "other"},
+        {"workdir": "elsewhere"},
+        {"parameters": {"x": "1"}},
+        {"num_nodes": 2},
+        {"data": {"k": [1]}},
+        {"tags": {"t": "v"}},
+    ],
+)
 def test_work_that_differs_from_the_submission_is_not_run(change: dict[str, Any]) -> None:
     forged = SPEC.model_copy(update=change)
     assert decide.not_as_submitted(SPEC, forged) == "its work differs from the job as submitted"
@@ -154,27 +177,36 @@ def test_the_lease_is_job_started_itself_with_placement_and_attempt() -> None:
     assert data.session_id == SESSION
     assert data.attempt == 3
     # GPU ids that are not device indices (MIG UUIDs) cannot be recorded as numbers.
-    assert data.placement == (Placement(hostname="n1", cores=(0, 1), gpus=(0,)),
-                              Placement(hostname="n2", cores=(4,), gpus=()))  # fmt: skip
+    assert data.placement == (
+        Placement(hostname="n1", cores=(0, 1), gpus=(0,)),
+        Placement(hostname="n2", cores=(4,), gpus=()),
+    )
 
 
 @pytest.mark.parametrize("state", sorted(RUNNABLE))
 def test_the_lease_starts_a_runnable_job_in_one_event(state: JobState) -> None:
     view = JobView(id=JOB_ID, site=SITE, state=state, last_seq=LEASE_SEQ - 1)
     data = decide.lease(item(), SESSION, ALLOCATION)
-    started = JobStarted.create(site=SITE, aggregate_id=JOB_ID, actor=f"launcher:{SESSION}",
-                                data=data, occurred_at=AT)  # fmt: skip
+    started = JobStarted.create(
+        site=SITE, aggregate_id=JOB_ID, actor=f"launcher:{SESSION}", data=data, occurred_at=AT
+    )
     after = apply(view, started, LEASE_SEQ)
     assert (after.state, after.lease_seq, after.lease_session) == (
-        JobState.RUNNING, LEASE_SEQ, SESSION,
-    )  # fmt: skip
+        JobState.RUNNING,
+        LEASE_SEQ,
+        SESSION,
+    )
 
 
 @pytest.mark.parametrize(
     ("lost", "draining", "expected"),
-    [(False, False, AfterStart.RUN), (False, True, AfterStart.STOP),
-     (True, False, AfterStart.KILL), (True, True, AfterStart.KILL)],
-)  # fmt: skip
+    [
+        (False, False, AfterStart.RUN),
+        (False, True, AfterStart.STOP),
+        (True, False, AfterStart.KILL),
+        (True, True, AfterStart.KILL),
+    ],
+)
 def test_what_a_task_that_just_came_up_does(
     *, lost: bool, draining: bool, expected: AfterStart
 ) -> None:
@@ -187,8 +219,9 @@ def test_what_a_task_that_just_came_up_does(
 def test_a_failed_run_is_reported_as_errored_with_its_stderr() -> None:
     outcome = decide.run_result(item(attempt=2), end(3, tail="boom"), app())
     assert (outcome.kind, outcome.tally) == (JobRunErrored, Tally.ERRORED)
-    assert outcome.data == RunResultData(return_code=3, stderr_tail="boom", runtime_s=1.5,
-                                         work=SPEC, attempt=2)  # fmt: skip
+    assert outcome.data == RunResultData(
+        return_code=3, stderr_tail="boom", runtime_s=1.5, work=SPEC, attempt=2
+    )
     assert fold_outcome(outcome, running()).state is JobState.RUN_ERROR
 
 
@@ -227,10 +260,12 @@ def test_a_python_apps_result_is_reported() -> None:
 
 @pytest.mark.parametrize(
     ("doc", "tail"),
-    [({"ok": False, "error": "ValueError: x", "traceback": "Traceback ..."}, "Traceback ..."),
-     ({"ok": False, "error": "ValueError: x"}, "ValueError: x"),
-     ({"ok": False}, "stderr")],
-)  # fmt: skip
+    [
+        ({"ok": False, "error": "ValueError: x", "traceback": "Traceback ..."}, "Traceback ..."),
+        ({"ok": False, "error": "ValueError: x"}, "ValueError: x"),
+        ({"ok": False}, "stderr"),
+    ],
+)
 def test_a_python_apps_exception_replaces_its_stderr(doc: dict[str, Any], tail: str) -> None:
     outcome = decide.run_result(item(), end(1, tail="stderr", pyrun=json.dumps(doc)), app())
     assert outcome.kind is JobRunErrored
@@ -281,17 +316,20 @@ def test_a_drained_task_timed_out_with_the_launchers_reason(code: int | None) ->
     outcome = decide.drained(item(attempt=2), SESSION, "wall time reached", code)
     assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
     assert outcome.data == RunResultData(
-        return_code=code, cause=(f"launcher {SESSION} drained: wall time reached",),
-        work=SPEC, attempt=2,
-    )  # fmt: skip
+        return_code=code,
+        cause=(f"launcher {SESSION} drained: wall time reached",),
+        work=SPEC,
+        attempt=2,
+    )
     assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
 
 
 def test_a_task_that_came_up_while_draining_timed_out() -> None:
     outcome = decide.late_start(item(attempt=2), SESSION)
     assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
-    assert outcome.data == RunResultData(cause=(f"launcher {SESSION} was draining",),
-                                         work=SPEC, attempt=2)  # fmt: skip
+    assert outcome.data == RunResultData(
+        cause=(f"launcher {SESSION} was draining",), work=SPEC, attempt=2
+    )
     assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
 
 
