@@ -39,8 +39,10 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 
+from lodestream.agents.launcher import decide
 from lodestream.agents.launcher.appends import append_patiently, transient
-from lodestream.agents.launcher.jobs import exit_result, placement_of, start_failure, task_spec
+from lodestream.agents.launcher.decide import AfterStart, Offer, Outcome, Redelivery
+from lodestream.agents.launcher.jobs import run_end, task_spec
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
@@ -55,9 +57,8 @@ from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError
 from lodestream.platform_adapters.launchers.base import AppLauncher
 from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePacker
-from lodestream.schemas.envelope import Event, EventData
-from lodestream.schemas.events import JobRunErrored, JobRunTimedOut, JobStarted
-from lodestream.schemas.events.job import RunResultData, StartedData
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import JobStarted
 from lodestream.schemas.resources import NodeInfo
 
 __all__ = ["Launcher", "LauncherReport"]
@@ -247,14 +248,10 @@ class Launcher:
         if held is not None:
             await self._redelivered(item, held)
             return
-        never = self._packer.can_ever_fit(request)
-        wall = item.spec.wall_time_min
-        if never is not None or (wall and wall > self.session.remaining_min()):
-            # Another pilot (bigger, or with more time left) may take it.
-            await settle(msg.nak(delay=NAK_DELAY_S))
-            return
-        allocation = self._packer.allocate(request)
-        if allocation is None:
+        placing = decide.offer(item.spec, never_fits=self._packer.can_ever_fit(request),
+                               remaining_min=self.session.remaining_min())  # fmt: skip
+        allocation = self._packer.allocate(request) if placing is Offer.PLACE else None
+        if allocation is None:  # elsewhere, or here once our nodes free up
             await settle(msg.nak(delay=NAK_DELAY_S))
             return
         self._held[item.key] = item
@@ -271,20 +268,17 @@ class Launcher:
     async def _redelivered(self, item: WorkItem, held: WorkItem) -> None:
         """A second runnable delivery of a job we hold: never a second allocation."""
         self.report.duplicates += 1
-        if item.seq == held.seq:
-            # The very message we are leasing from (its ack wait ran out): that lease settles it.
-            log.info("launcher: job %s redelivered while being leased", item.job_id)
-        elif item.seq < held.seq:
-            log.info("launcher: job %s: stale delivery (seq %d, holding seq %d) skipped",
-                     item.job_id, item.seq, held.seq)  # fmt: skip
-            await settle(item.msg.ack())
-        else:
-            # A newer runnable event (the job was killed and reset, or our lease expired): what
-            # we hold is stale and its lease or result will be refused. Take this one once the
-            # job is off our hands.
-            log.info("launcher: job %s runnable again at seq %d while held from seq %d; "
-                     "retried once released", item.job_id, item.seq, held.seq)  # fmt: skip
-            await settle(item.msg.nak(delay=NAK_DELAY_S))
+        match decide.redelivery(item.seq, held.seq):
+            case Redelivery.LEASING:
+                log.info("launcher: job %s redelivered while being leased", item.job_id)
+            case Redelivery.STALE:
+                log.info("launcher: job %s: stale delivery (seq %d, holding seq %d) skipped",
+                         item.job_id, item.seq, held.seq)  # fmt: skip
+                await settle(item.msg.ack())
+            case Redelivery.NEWER:
+                log.info("launcher: job %s runnable again at seq %d while held from seq %d; "
+                         "retried once released", item.job_id, item.seq, held.seq)  # fmt: skip
+                await settle(item.msg.nak(delay=NAK_DELAY_S))
 
     # --- one job --------------------------------------------------------------------------
 
@@ -303,50 +297,46 @@ class Launcher:
     async def _run_leased(self, item: WorkItem, allocation: Allocation) -> None:
         tracked = await self._start(item, allocation)
         if isinstance(tracked, str):
-            kind, data = start_failure(item, tracked)
-        elif self.session.lost or self._draining:
-            await self._stop_late_start(item, tracked)
+            await self._report(item, decide.start_failure(item, tracked))
             return
-        else:
-            code = await tracked.done
-            app = self._app_models.get(item.spec.app)
-            kind, data = exit_result(item, tracked, code, app, self._data_dir)
-        if await self._report(item, kind, data):
-            if kind is JobRunErrored:
-                self.report.errored += 1
-            else:
-                self.report.finished += 1
+        match decide.after_start(lost=self.session.lost, draining=self._draining):
+            case AfterStart.KILL:  # fenced: the job is someone else's now
+                self._chains.pop(item.key, None)
+                tracked.task.kill()
+                self.report.fenced += 1
+            case AfterStart.STOP:  # came up after we started draining: must not run
+                tracked.task.terminate(grace_s=2.0)
+                await self._report(item, decide.late_start(item, self.session.id))
+            case AfterStart.RUN:
+                code = await tracked.done
+                end = run_end(item, tracked, code, self._data_dir)
+                app = self._app_models.get(item.spec.app)
+                await self._report(item, decide.run_result(item, end, app))
 
     async def _submitted(self, item: WorkItem) -> bool:
-        """Run only what a user submitted, as it was submitted.
-
-        A runnable event is site-writable (``job.preprocessed`` after the site's hook), so
-        whoever holds the site key could hand its pilots work nobody submitted; the job's
-        ``job.created``, which only the control plane can append, settles it.
-        """
+        """Run only what a user submitted, as it was submitted (:func:`decide.not_as_submitted`)."""
         try:
             created = await created_spec(self._js, self._site, item.job_id)
-        except NotWork as exc:
-            created, why = None, str(exc)
+        except NotWork as exc:  # what the log holds fails the shared rule
+            why: str | None = str(exc)
         except Exception as exc:  # NATS away: someone (maybe we) will try again
             log.warning("launcher: cannot check job %s yet: %s", item.job_id, exc)
             await settle(item.msg.nak(delay=NAK_DELAY_S))
             return False
         else:
-            why = "no job.created on the log"
-        if created is not None and created.model_dump() == item.spec.model_dump():
+            why = decide.not_as_submitted(created, item.spec)
+        if why is None:
             return True
-        if created is not None:
-            why = "its work differs from the job as submitted"
         await self._skip(item.msg, f"job {item.job_id}: {why}")
         return False
 
     async def _lease(self, item: WorkItem, allocation: Allocation) -> bool:
         started = JobStarted.create(
-            site=self._site, aggregate_id=item.job_id, actor=self.session.actor,
-            data=StartedData(session_id=self.session.id, skipped=("job.leased",),
-                             placement=placement_of(allocation), attempt=item.attempt),
-        )  # fmt: skip
+            site=self._site,
+            aggregate_id=item.job_id,
+            actor=self.session.actor,
+            data=decide.lease(item, self.session.id, allocation),
+        )
         try:
             seq = await self._append(started, item.seq)
         except ConflictError:
@@ -380,28 +370,28 @@ class Launcher:
             return f"{type(exc).__name__}: {exc}"
         return self._reaper.track(task)
 
-    async def _report(self, item: WorkItem, kind: type[Event], data: EventData) -> bool:
+    async def _report(self, item: WorkItem, outcome: Outcome) -> None:
         """Append the job's run result on our chain; each job gets at most one result."""
         expect = self._chains.pop(item.key, None)
         if expect is None:
-            return False  # already reported (drained) or killed as fenced
-        event = kind.create(site=self._site, aggregate_id=item.job_id, actor=self.session.actor,
-                            data=data)  # fmt: skip
+            return  # already reported (drained) or killed as fenced
+        event = outcome.kind.create(site=self._site, aggregate_id=item.job_id,
+                                    actor=self.session.actor, data=outcome.data)  # fmt: skip
         try:
             seq = await self._append(event, expect)
         except ConflictError:
             self.report.fenced += 1
             log.warning("launcher: fenced on job %s (lease expired); result dropped", item.job_id)
             self.session.suspect()  # was it the whole session? the next beat asks
-            return False
+            return
         except Exception:
             log.exception("launcher: could not report job %s", item.job_id)
-            return False
+            return
         if seq is None:
             log.error("launcher: result of job %s never acknowledged; its lease will expire",
                       item.job_id)  # fmt: skip
-            return False
-        return True
+            return
+        self.report.count(outcome.tally)
 
     async def _append(self, event: Event, expect: int) -> int | None:
         until = self._drain_until if self._draining else self.session.deadline
@@ -420,19 +410,6 @@ class Launcher:
                 tracked.task.terminate(grace_s=2.0)
                 return True
         return False
-
-    async def _stop_late_start(self, item: WorkItem, tracked: Tracked) -> None:
-        """A task that came up after we started draining (or were fenced) must not run."""
-        if self.session.lost:
-            self._chains.pop(item.key, None)
-            tracked.task.kill()
-            self.report.fenced += 1
-            return
-        tracked.task.terminate(grace_s=2.0)
-        data = RunResultData(cause=(f"launcher {self.session.id} was draining",),
-                             work=item.spec, attempt=item.attempt)  # fmt: skip
-        if await self._report(item, JobRunTimedOut, data):
-            self.report.timed_out += 1
 
     async def _drain(self, reason: str) -> None:
         """Kill what still runs and record it as RUN_TIMEOUT, chained on our lease."""
@@ -455,12 +432,9 @@ class Launcher:
     async def _report_drained(
         self, tracked: Tracked, item: WorkItem, expect: int, reason: str
     ) -> None:
-        data = RunResultData(return_code=tracked.task.returncode,
-                             cause=(f"launcher {self.session.id} drained: {reason}",),
-                             work=item.spec, attempt=item.attempt)  # fmt: skip
+        outcome = decide.drained(item, self.session.id, reason, tracked.task.returncode)
         self._chains[item.key] = expect
-        if await self._report(item, JobRunTimedOut, data):
-            self.report.timed_out += 1
+        await self._report(item, outcome)
 
     def _kill_all(self, reason: str) -> None:
         """Our session expired: the controller has fenced these jobs; stop them, report nothing."""

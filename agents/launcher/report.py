@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Tally(StrEnum):
+    """The counter a reported run result adds to; each value names a field of the report."""
+
+    FINISHED = "finished"
+    ERRORED = "errored"
+    TIMED_OUT = "timed_out"
 
 
 @dataclass(slots=True)
@@ -17,3 +26,7 @@ class LauncherReport:
     skipped: int = 0  # deliveries the shared rule refused, or that carried no work
     duplicates: int = 0  # deliveries of a job this pilot already held
     exit_reason: str = ""
+
+    def count(self, tally: Tally) -> None:
+        """One more result of the kind ``tally`` landed on the log."""
+        setattr(self, tally.value, getattr(self, tally.value) + 1)

@@ -1,0 +1,210 @@
+"""The pilot's decisions: pure functions from what it observed to what it does next.
+
+:mod:`~lodestream.agents.launcher.launcher` fetches, leases, starts, waits and appends;
+every choice in between is made here, from plain values (the work item, the app's
+published steps, a return code, the session's state), so each can be tested without
+NATS or processes:
+
+* whether to place a delivery here, and what to do with a second delivery of a job held;
+* whether the work delivered is the job as submitted;
+* which event takes the lease (it is ``job.started`` itself), and what a task that came
+  up too late (draining, or the session lost) must do;
+* which event reports a run's end, a task that could not start, a drain or a late start,
+  and which counter of the pilot's report it adds to once it lands.
+
+Results are ``(event class, data)`` in an :class:`Outcome`; the caller mints the event
+(id, producer time) when it appends it: a pilot's result is a fact observed once, not a
+consequence to re-derive as the controller's are.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from lodestream.agents.launcher.report import Tally
+from lodestream.agents.site.apps.pyrun import parse_result
+from lodestream.platform_adapters.packing import Allocation
+from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.events import JobFinished, JobRunDone, JobRunErrored, JobRunTimedOut
+from lodestream.schemas.events.job import FinishedData, Placement, RunResultData, StartedData
+from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.states import FINISHED_AT_RUN_END
+
+if TYPE_CHECKING:  # the decisions read an item's fields, never its NATS message
+    from lodestream.agents.launcher.work import WorkItem
+
+TAIL_CHARS = 4000
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """An event to append on the job's chain, and the report counter it adds to once it lands."""
+
+    kind: type[Event]
+    data: EventData
+    tally: Tally
+
+
+# --- deliveries -------------------------------------------------------------------------
+
+
+class Offer(Enum):
+    PLACE = "place"  # try to allocate it on our nodes now (nak if they are busy)
+    # Nak: another pilot (bigger, or with more time left) may take it.
+    NEVER_FITS = "never fits"
+    OUT_OF_TIME = "out of time"
+
+
+def offer(spec: JobSpec, *, never_fits: str | None, remaining_min: float) -> Offer:
+    """Whether to try placing ``spec`` on this pilot's nodes.
+
+    ``never_fits`` is the packer's reason why it can never run here (None: it can, once
+    nodes free up); ``remaining_min`` is what is left of the pilot's wall time. A job
+    without a wall time (0) is taken whatever remains.
+    """
+    if never_fits is not None:
+        return Offer.NEVER_FITS
+    if spec.wall_time_min and spec.wall_time_min > remaining_min:
+        return Offer.OUT_OF_TIME
+    return Offer.PLACE
+
+
+class Redelivery(Enum):
+    """A second runnable delivery of a job the pilot holds: never a second allocation."""
+
+    # The very message we are leasing from (its ack wait ran out): that lease settles it.
+    LEASING = "leasing"
+    # An older runnable event than the one we hold: nothing will ever come of it; ack.
+    STALE = "stale"
+    # A newer runnable event (the job was killed and reset, or our lease expired): what we
+    # hold is stale and its lease or result will be refused. Nak: take it once released.
+    NEWER = "newer"
+
+
+def redelivery(seq: int, held_seq: int) -> Redelivery:
+    """What a delivery at stream sequence ``seq`` is, for a job held from ``held_seq``."""
+    if seq == held_seq:
+        return Redelivery.LEASING
+    return Redelivery.STALE if seq < held_seq else Redelivery.NEWER
+
+
+def not_as_submitted(created: JobSpec | None, work: JobSpec) -> str | None:
+    """Why ``work`` must not run, given the spec of the job's ``job.created``; None if it may.
+
+    A runnable event is site-writable (``job.preprocessed`` after the site's hook), so
+    whoever holds the site key could hand its pilots work nobody submitted; the job's
+    ``job.created``, which only the control plane can append, settles it.
+    """
+    if created is None:
+        return "no job.created on the log"
+    if created.model_dump() != work.model_dump():
+        return "its work differs from the job as submitted"
+    return None
+
+
+# --- starting ---------------------------------------------------------------------------
+
+
+def placement_of(allocation: Allocation) -> tuple[Placement, ...]:
+    return tuple(
+        Placement(hostname=p.hostname, cores=tuple(int(c) for c in p.cpu_ids),
+                  gpus=tuple(int(g) for g in p.gpu_ids if str(g).isdigit()))
+        for p in allocation.placements
+    )  # fmt: skip
+
+
+def lease(item: WorkItem, session_id: uuid.UUID, allocation: Allocation) -> StartedData:
+    """The payload of the ``job.started`` that takes the lease.
+
+    Chained on the runnable event, ``job.started`` *is* the lease (it skips
+    ``job.leased``): exactly one pilot wins it, and the job is RUNNING in one event.
+    """
+    return StartedData(session_id=session_id, skipped=("job.leased",),
+                       placement=placement_of(allocation), attempt=item.attempt)  # fmt: skip
+
+
+class AfterStart(Enum):
+    """What a task that has just come up must do."""
+
+    RUN = "run"  # run to its end and report it
+    # The controller expired our session: the job is someone else's. Kill it at once and
+    # report nothing (every append on its lease would be refused anyway).
+    KILL = "kill"
+    # We started draining while it came up: terminate it and report it timed out.
+    STOP = "stop"
+
+
+def after_start(*, lost: bool, draining: bool) -> AfterStart:
+    if lost:
+        return AfterStart.KILL
+    return AfterStart.STOP if draining else AfterStart.RUN
+
+
+# --- results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnd:
+    """What the pilot observed of a task that ended."""
+
+    return_code: int
+    runtime_s: float
+    stderr_tail: str  # read only when the task failed
+    pyrun_result: str | None  # the result file a Python app's wrapper wrote, if any
+
+
+def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
+    """The event that reports the end of ``item``'s run.
+
+    Raises ValueError if ``end.pyrun_result`` is not a file pyrun writes.
+    """
+    tail = end.stderr_tail
+    result: Any = None
+    if end.pyrun_result is not None:
+        pyrun = parse_result(end.pyrun_result)
+        result = pyrun.result if pyrun.ok else None
+        if not pyrun.ok:  # the exception of a Python app says more than its stderr
+            tail = pyrun.traceback or pyrun.error or tail
+    fields: dict[str, Any] = {"return_code": end.return_code, "stderr_tail": tail[-TAIL_CHARS:],
+                              "runtime_s": end.runtime_s, "result": result,
+                              "attempt": item.attempt}  # fmt: skip
+    if end.return_code != 0:
+        return Outcome(JobRunErrored, RunResultData(**fields, work=item.spec), Tally.ERRORED)
+    if app is not None and app.steps(item.spec).nothing_after_run:
+        # Nothing happens between RUN_DONE and JOB_FINISHED: one event instead of the
+        # run_done the controller would answer with job.finished (ARCHITECTURE.md §4).
+        done = FinishedData(skipped=FINISHED_AT_RUN_END, work=item.spec, attempt=item.attempt,
+                            run=RunResultData(**fields))  # fmt: skip
+        return Outcome(JobFinished, done, Tally.FINISHED)
+    # Steps follow the run (or the app is unknown here): job.run_done, which the site's
+    # postprocess hook or the controller answers.
+    return Outcome(JobRunDone, RunResultData(**fields, work=item.spec), Tally.FINISHED)
+
+
+def start_failure(item: WorkItem, reason: str) -> Outcome:
+    """The event that reports a task that could not even start; ``reason`` is its error."""
+    data = RunResultData(stderr_tail=reason[-TAIL_CHARS:], cause=("task could not start",),
+                         work=item.spec, attempt=item.attempt)  # fmt: skip
+    return Outcome(JobRunErrored, data, Tally.ERRORED)
+
+
+def drained(item: WorkItem, session_id: uuid.UUID, reason: str, return_code: int | None) -> Outcome:
+    """The event that reports a task the pilot stopped because it is exiting (``reason``).
+
+    RUN_TIMEOUT, not RUN_ERROR: the job did not fail, its pilot ran out of time or was
+    told to stop, so the site's ``handle_timeout`` decides whether it runs again.
+    """
+    data = RunResultData(return_code=return_code,
+                         cause=(f"launcher {session_id} drained: {reason}",),
+                         work=item.spec, attempt=item.attempt)  # fmt: skip
+    return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
+
+
+def late_start(item: WorkItem, session_id: uuid.UUID) -> Outcome:
+    """The event that reports a task that came up after the pilot started draining."""
+    data = RunResultData(cause=(f"launcher {session_id} was draining",), work=item.spec,
+                         attempt=item.attempt)  # fmt: skip
+    return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)

@@ -1,0 +1,346 @@
+"""The pilot's decisions (``agents/launcher/decide.py``), without NATS or processes.
+
+Each outcome is also folded by the state machine (``schemas/fold.py``) from the state the
+pilot reports it in: a decision that chose an event the log's readers would quarantine
+fails here, not in a pilot.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from lodestream.agents.launcher import decide
+from lodestream.agents.launcher.decide import (
+    TAIL_CHARS,
+    AfterStart,
+    Offer,
+    Outcome,
+    Redelivery,
+    RunEnd,
+)
+from lodestream.agents.launcher.report import LauncherReport, Tally
+from lodestream.agents.launcher.work import WorkItem
+from lodestream.platform_adapters.compute.base import NodePlacement
+from lodestream.platform_adapters.packing import Allocation
+from lodestream.schemas.events import (
+    JobFinished,
+    JobRunDone,
+    JobRunErrored,
+    JobRunTimedOut,
+    JobStarted,
+)
+from lodestream.schemas.events.job import FinishedData, Placement, RunResultData
+from lodestream.schemas.fold import JobView, apply
+from lodestream.schemas.resources import App, AppTransferSlot, JobSpec, TransferSpec
+from lodestream.schemas.states import FINISHED_AT_RUN_END, RUNNABLE, JobState
+
+SITE = "alpha"
+JOB_ID = uuid.UUID("01900000-0000-7000-8000-000000000001")
+SESSION = uuid.UUID("01900000-0000-7000-8000-0000000000a1")
+AT = datetime(2025, 1, 2, tzinfo=UTC)
+LEASE_SEQ = 12
+SPEC = JobSpec(site=SITE, app="demo", workdir="demo/1")
+ALLOCATION = Allocation(
+    "j", (NodePlacement("n1", (0, 1), ("0", "MIG-a")), NodePlacement("n2", (4,)))
+)
+
+
+def item(spec: JobSpec = SPEC, *, seq: int = 10, attempt: int = 1) -> WorkItem:
+    return WorkItem(site=SITE, job_id=JOB_ID, seq=seq, spec=spec, attempt=attempt, msg=None)
+
+
+def app(*, hooks: tuple[str, ...] = (), out_slot: bool = False) -> App:
+    transfers = {"results": AppTransferSlot(direction="out", local_path="out")} if out_slot else {}
+    return App(site=SITE, name="demo", hooks=hooks, transfers=transfers)
+
+
+def end(code: int = 0, *, tail: str = "", pyrun: str | None = None) -> RunEnd:
+    return RunEnd(return_code=code, runtime_s=1.5, stderr_tail=tail, pyrun_result=pyrun)
+
+
+def running() -> JobView:
+    """The job as the pilot holds it while its task runs: RUNNING on our lease."""
+    return JobView(
+        id=JOB_ID,
+        site=SITE,
+        state=JobState.RUNNING,
+        last_seq=LEASE_SEQ,
+        lease_seq=LEASE_SEQ,
+        lease_session=SESSION,
+        attempts=1,
+    )
+
+
+def fold_outcome(outcome: Outcome, view: JobView) -> JobView:
+    event = outcome.kind.create(
+        site=SITE,
+        aggregate_id=JOB_ID,
+        actor=f"launcher:{SESSION}",
+        data=outcome.data,
+        occurred_at=AT,
+    )
+    return apply(view, event, view.last_seq + 1)
+
+
+# --- deliveries ---------------------------------------------------------------------------
+
+
+def test_a_job_that_can_never_fit_is_left_to_another_pilot() -> None:
+    assert decide.offer(SPEC, never_fits="needs 4 nodes", remaining_min=60) is Offer.NEVER_FITS
+
+
+def test_a_job_longer_than_the_pilot_has_left_is_left_to_another_pilot() -> None:
+    spec = SPEC.model_copy(update={"wall_time_min": 30})
+    assert decide.offer(spec, never_fits=None, remaining_min=29.5) is Offer.OUT_OF_TIME
+    assert decide.offer(spec, never_fits=None, remaining_min=30) is Offer.PLACE
+
+
+@given(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False))
+def test_a_job_without_a_wall_time_is_placed_whatever_time_remains(remaining: float) -> None:
+    assert decide.offer(SPEC, never_fits=None, remaining_min=remaining) is Offer.PLACE
+
+
+@given(
+    wall=st.integers(0, 60 * 24 * 30),
+    remaining=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
+    never=st.none() | st.text(max_size=5),
+)
+def test_offer_places_exactly_what_fits_and_has_time(
+    wall: int, remaining: float, never: str | None
+) -> None:
+    spec = SPEC.model_copy(update={"wall_time_min": wall})
+    verdict = decide.offer(spec, never_fits=never, remaining_min=remaining)
+    fits_in_time = never is None and (wall == 0 or wall <= remaining)
+    assert (verdict is Offer.PLACE) == fits_in_time
+    if never is not None:
+        assert verdict is Offer.NEVER_FITS  # the packer's verdict comes first
+
+
+@pytest.mark.parametrize(
+    ("seq", "expected"),
+    [
+        (10, Redelivery.LEASING),
+        (9, Redelivery.STALE),
+        (1, Redelivery.STALE),
+        (11, Redelivery.NEWER),
+    ],
+)
+def test_a_second_delivery_of_a_held_job(seq: int, expected: Redelivery) -> None:
+    assert decide.redelivery(seq, held_seq=10) is expected
+
+
+@given(st.integers(1, 2**63), st.integers(1, 2**63))
+def test_redelivery_follows_the_order_of_the_sequences(seq: int, held: int) -> None:
+    verdict = decide.redelivery(seq, held)
+    assert (verdict is Redelivery.LEASING) == (seq == held)
+    assert (verdict is Redelivery.STALE) == (seq < held)
+    assert (verdict is Redelivery.NEWER) == (seq > held)
+
+
+def test_work_that_was_never_created_is_not_run() -> None:
+    assert decide.not_as_submitted(None, SPEC) == "no job.created on the log"
+
+
+def test_work_as_submitted_is_run() -> None:
+    assert decide.not_as_submitted(SPEC.model_copy(), SPEC) is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"app": "other"},
+        {"workdir": "elsewhere"},
+        {"parameters": {"x": "1"}},
+        {"num_nodes": 2},
+        {"data": {"k": [1]}},
+        {"tags": {"t": "v"}},
+    ],
+)
+def test_work_that_differs_from_the_submission_is_not_run(change: dict[str, Any]) -> None:
+    forged = SPEC.model_copy(update=change)
+    assert decide.not_as_submitted(SPEC, forged) == "its work differs from the job as submitted"
+
+
+# --- starting -----------------------------------------------------------------------------
+
+
+def test_the_lease_is_job_started_itself_with_placement_and_attempt() -> None:
+    data = decide.lease(item(attempt=3), SESSION, ALLOCATION)
+    assert data.skipped == ("job.leased",)
+    assert data.session_id == SESSION
+    assert data.attempt == 3
+    # GPU ids that are not device indices (MIG UUIDs) cannot be recorded as numbers.
+    assert data.placement == (
+        Placement(hostname="n1", cores=(0, 1), gpus=(0,)),
+        Placement(hostname="n2", cores=(4,), gpus=()),
+    )
+
+
+@pytest.mark.parametrize("state", sorted(RUNNABLE))
+def test_the_lease_starts_a_runnable_job_in_one_event(state: JobState) -> None:
+    view = JobView(id=JOB_ID, site=SITE, state=state, last_seq=LEASE_SEQ - 1)
+    data = decide.lease(item(), SESSION, ALLOCATION)
+    started = JobStarted.create(
+        site=SITE, aggregate_id=JOB_ID, actor=f"launcher:{SESSION}", data=data, occurred_at=AT
+    )
+    after = apply(view, started, LEASE_SEQ)
+    assert (after.state, after.lease_seq, after.lease_session) == (
+        JobState.RUNNING,
+        LEASE_SEQ,
+        SESSION,
+    )
+
+
+@pytest.mark.parametrize(
+    ("lost", "draining", "expected"),
+    [
+        (False, False, AfterStart.RUN),
+        (False, True, AfterStart.STOP),
+        (True, False, AfterStart.KILL),
+        (True, True, AfterStart.KILL),
+    ],
+)
+def test_what_a_task_that_just_came_up_does(
+    *, lost: bool, draining: bool, expected: AfterStart
+) -> None:
+    assert decide.after_start(lost=lost, draining=draining) is expected
+
+
+# --- results ------------------------------------------------------------------------------
+
+
+def test_a_failed_run_is_reported_as_errored_with_its_stderr() -> None:
+    outcome = decide.run_result(item(attempt=2), end(3, tail="boom"), app())
+    assert (outcome.kind, outcome.tally) == (JobRunErrored, Tally.ERRORED)
+    assert outcome.data == RunResultData(
+        return_code=3, stderr_tail="boom", runtime_s=1.5, work=SPEC, attempt=2
+    )
+    assert fold_outcome(outcome, running()).state is JobState.RUN_ERROR
+
+
+def test_a_run_that_nothing_follows_finishes_the_job_with_its_result() -> None:
+    outcome = decide.run_result(item(), end(0), app(hooks=("preprocess", "handle_error")))
+    assert (outcome.kind, outcome.tally) == (JobFinished, Tally.FINISHED)
+    assert isinstance(outcome.data, FinishedData)
+    assert outcome.data.skipped == FINISHED_AT_RUN_END
+    assert outcome.data.run == RunResultData(return_code=0, runtime_s=1.5)
+    after = fold_outcome(outcome, running())
+    assert (after.state, after.lease_seq) == (JobState.JOB_FINISHED, None)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [app(hooks=("postprocess",)), app(out_slot=True), None],
+    ids=["postprocess-hook", "stage-out", "app-unknown-here"],
+)
+def test_a_run_that_steps_follow_is_reported_as_run_done(model: App | None) -> None:
+    spec = SPEC.model_copy(
+        update={"transfers": {"results": TransferSpec(location="globus:x", path="/r")}}
+    )
+    outcome = decide.run_result(item(spec), end(0), model)
+    assert (outcome.kind, outcome.tally) == (JobRunDone, Tally.FINISHED)
+    assert outcome.data == RunResultData(return_code=0, runtime_s=1.5, work=spec)
+    assert fold_outcome(outcome, running()).state is JobState.RUN_DONE
+
+
+def test_a_python_apps_result_is_reported() -> None:
+    pyrun = json.dumps({"ok": True, "result": {"answer": 42}})
+    outcome = decide.run_result(item(), end(0, pyrun=pyrun), app())
+    assert isinstance(outcome.data, FinishedData)
+    assert outcome.data.run is not None
+    assert outcome.data.run.result == {"answer": 42}
+
+
+@pytest.mark.parametrize(
+    ("doc", "tail"),
+    [
+        ({"ok": False, "error": "ValueError: x", "traceback": "Traceback ..."}, "Traceback ..."),
+        ({"ok": False, "error": "ValueError: x"}, "ValueError: x"),
+        ({"ok": False}, "stderr"),
+    ],
+)
+def test_a_python_apps_exception_replaces_its_stderr(doc: dict[str, Any], tail: str) -> None:
+    outcome = decide.run_result(item(), end(1, tail="stderr", pyrun=json.dumps(doc)), app())
+    assert outcome.kind is JobRunErrored
+    assert isinstance(outcome.data, RunResultData)
+    assert (outcome.data.stderr_tail, outcome.data.result) == (tail, None)
+
+
+def test_a_result_file_pyrun_did_not_write_is_refused() -> None:
+    with pytest.raises(ValueError, match="not a pyrun result"):
+        decide.run_result(item(), end(0, pyrun="[1]"), app())
+
+
+@given(
+    code=st.integers(-(2**31), 2**31 - 1),
+    tail=st.text(max_size=3 * TAIL_CHARS),
+    hooks=st.sets(st.sampled_from(["preprocess", "postprocess", "handle_error"])),
+    known=st.booleans(),
+)
+def test_every_run_result_is_legal_from_running_and_keeps_the_tail_end(
+    code: int, tail: str, hooks: set[str], *, known: bool
+) -> None:
+    model = app(hooks=tuple(sorted(hooks))) if known else None
+    outcome = decide.run_result(item(), end(code, tail=tail), model)
+    run = outcome.data.run if isinstance(outcome.data, FinishedData) else outcome.data
+    assert isinstance(run, RunResultData)
+    assert run.return_code == code
+    assert tail.endswith(run.stderr_tail)
+    assert len(run.stderr_tail) == min(len(tail), TAIL_CHARS)
+    assert (outcome.tally is Tally.ERRORED) == (code != 0)
+    after = fold_outcome(outcome, running())
+    assert after.state in {JobState.RUN_ERROR, JobState.RUN_DONE, JobState.JOB_FINISHED}
+
+
+@given(st.text(max_size=3 * TAIL_CHARS))
+def test_a_task_that_could_not_start_is_an_error_with_the_reason(reason: str) -> None:
+    outcome = decide.start_failure(item(attempt=2), reason)
+    assert (outcome.kind, outcome.tally) == (JobRunErrored, Tally.ERRORED)
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.return_code is None
+    assert outcome.data.cause == ("task could not start",)
+    assert outcome.data.stderr_tail == reason[-TAIL_CHARS:]
+    assert (outcome.data.work, outcome.data.attempt) == (SPEC, 2)
+    assert fold_outcome(outcome, running()).state is JobState.RUN_ERROR
+
+
+@pytest.mark.parametrize("code", [None, -15, 0])
+def test_a_drained_task_timed_out_with_the_launchers_reason(code: int | None) -> None:
+    outcome = decide.drained(item(attempt=2), SESSION, "wall time reached", code)
+    assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
+    assert outcome.data == RunResultData(
+        return_code=code,
+        cause=(f"launcher {SESSION} drained: wall time reached",),
+        work=SPEC,
+        attempt=2,
+    )
+    assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
+
+
+def test_a_task_that_came_up_while_draining_timed_out() -> None:
+    outcome = decide.late_start(item(attempt=2), SESSION)
+    assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
+    assert outcome.data == RunResultData(
+        cause=(f"launcher {SESSION} was draining",), work=SPEC, attempt=2
+    )
+    assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
+
+
+@pytest.mark.parametrize("tally", list(Tally))
+def test_each_tally_counts_in_its_own_field(tally: Tally) -> None:
+    report = LauncherReport()
+    report.count(tally)
+    report.count(tally)
+    assert getattr(report, tally.value) == 2
+    assert sum(vars_of(report).values()) == 2
+
+
+def vars_of(report: LauncherReport) -> dict[str, int]:
+    return {name: getattr(report, name) for name in report.__slots__ if name != "exit_reason"}

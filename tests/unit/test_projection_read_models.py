@@ -1,0 +1,298 @@
+"""The projector's in-memory fold of sites, apps, batch jobs, sessions, transfers and
+heartbeats (``services/projector/projection.py``): the operations a batch yields for the
+store, and what is quarantined and why. Without Postgres.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import timedelta
+
+import pytest
+
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import (
+    AppRegistered,
+    AppRemoved,
+    BatchJobFinished,
+    BatchJobQueued,
+    BatchJobRequested,
+    BatchJobSubmitFailed,
+    BatchJobSubmitted,
+    SessionClosed,
+    SessionExpired,
+    SessionOpened,
+    SiteKeyBound,
+    SiteRegistered,
+    SiteRemoved,
+    TransferFailed,
+    TransferRequested,
+    TransferSubmitted,
+    TransferSucceeded,
+)
+from lodestream.schemas.events.app import AppRemovedData
+from lodestream.schemas.events.batch import (
+    BatchFinishedData,
+    BatchReasonData,
+    BatchRequestData,
+    BatchSubmittedData,
+)
+from lodestream.schemas.events.session import (
+    Heartbeat,
+    SessionClosedData,
+    SessionExpiredData,
+    SessionOpenedData,
+)
+from lodestream.schemas.events.site import SiteKeyData, SiteRegisteredData, SiteRemovedData
+from lodestream.schemas.events.xfer import (
+    TransferFailedData,
+    TransferRequestedData,
+    TransferSubmittedData,
+)
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import App, NodeInfo, TransferSpec
+from lodestream.schemas.subjects import HB_STREAM
+from lodestream.services.projector.messages import (
+    ExpiryMarker,
+    HeartbeatMessage,
+    RawMessage,
+)
+from tests.support.builders import (
+    job_created,
+    site_registered,
+)
+from tests.support.folding import (
+    AT,
+    NKEY_USER,
+    OWNER,
+    SESSION,
+    SITE,
+    SITE_ACTOR,
+    ev,
+    fold,
+    fresh,
+    ops,
+    reasons,
+)
+
+# --- sites and apps ------------------------------------------------------------------------
+
+
+def test_a_site_is_registered_by_its_owner_and_then_owns_its_jobs() -> None:
+    projection = fresh(owned=False)
+    registered = site_registered(SITE, OWNER)
+    fold(projection, [registered, job_created(SITE, OWNER)])
+    assert projection.known.site_owners == {SITE: OWNER}
+    ((statement, params),) = ops(projection)
+    assert statement == "site_registered"
+    assert (params["id"], params["owner"], params["seq"]) == (registered.aggregate_id, OWNER, 1)
+    assert len(projection.changes.new_jobs) == 1
+
+
+@pytest.mark.parametrize(
+    ("registered", "owned", "reason"),
+    [
+        (
+            SiteRegistered.create(
+                site=SITE,
+                aggregate_id=uuid.uuid4(),
+                actor=f"user:{OWNER}",
+                data=SiteRegisteredData(name=SITE, owner=OWNER),
+            ),
+            False,
+            "site.registered does not match its site name",
+        ),
+        (
+            SiteRegistered.create(
+                site=SITE,
+                aggregate_id=derived_id("site", SITE),
+                actor="user:mallory",
+                data=SiteRegisteredData(name=SITE, owner=OWNER),
+            ),
+            False,
+            f"site registered by user:mallory for {OWNER}",
+        ),
+        (site_registered(SITE, OWNER), True, f"site {SITE!r} is already registered"),
+    ],
+    ids=["aggregate-id", "not-by-owner", "twice"],
+)
+def test_a_site_registration_that_does_not_hold_is_quarantined(
+    registered: Event, *, owned: bool, reason: str
+) -> None:
+    projection = fresh(owned=owned)
+    fold(projection, [registered])
+    assert reasons(projection) == [f"illegal: {reason}"]
+    assert ops(projection) == []
+
+
+def test_a_removed_site_takes_no_more_jobs() -> None:
+    projection = fresh()
+    removed = ev(SiteRemoved, SiteRemovedData(), actor=f"user:{OWNER}")
+    fold(projection, [removed, job_created(SITE, OWNER)])
+    assert [statement for statement, _ in ops(projection)] == ["site_removed"]
+    assert reasons(projection) == [f"illegal: job.created for unregistered site {SITE!r}"]
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        ev(SiteKeyBound, SiteKeyData(public_key=NKEY_USER), actor="user:mallory"),
+        ev(SiteRemoved, SiteRemovedData(), actor=SITE_ACTOR),
+    ],
+    ids=["key-bound", "removed"],
+)
+def test_only_the_owner_binds_a_key_or_removes_a_site(event: Event) -> None:
+    projection = fresh()
+    fold(projection, [event])
+    assert reasons(projection) == [f"illegal: {event.type} by {event.actor}, not the site owner"]
+    assert projection.known.site_owners == {SITE: OWNER}
+
+
+def test_the_owner_binds_a_key() -> None:
+    projection = fresh()
+    fold(projection, [ev(SiteKeyBound, SiteKeyData(public_key=NKEY_USER), actor=f"user:{OWNER}")])
+    assert [(s, p["public_key"]) for s, p in ops(projection)] == [("site_key_bound", NKEY_USER)]
+
+
+APP = App(site=SITE, name="demo", hooks=("postprocess",))
+
+
+def test_a_site_registers_and_removes_its_apps() -> None:
+    projection = fresh()
+    fold(projection, [ev(AppRegistered, APP), ev(AppRemoved, AppRemovedData(name="demo"))])
+    (registered, upserted), (removed, gone) = ops(projection)
+    assert (registered, upserted["name"], upserted["hooks"]) == (
+        "app_upserted",
+        "demo",
+        '["postprocess"]',
+    )
+    assert (removed, gone["name"]) == ("app_removed", "demo")
+
+
+@pytest.mark.parametrize(
+    ("event", "owned", "reason"),
+    [
+        (
+            ev(AppRegistered, APP, actor=f"user:{OWNER}"),
+            True,
+            f"app.registered must come from site:{SITE}",
+        ),
+        (
+            ev(AppRegistered, APP.model_copy(update={"site": "beta"})),
+            True,
+            f"app for site 'beta' appended by {SITE!r}",
+        ),
+        (ev(AppRegistered, APP), False, f"app.registered for unregistered site {SITE!r}"),
+    ],
+    ids=["not-the-site", "another-sites-app", "unregistered-site"],
+)
+def test_an_app_event_that_does_not_hold_is_quarantined(
+    event: Event, *, owned: bool, reason: str
+) -> None:
+    projection = fresh(owned=owned)
+    fold(projection, [event])
+    assert reasons(projection) == [f"illegal: {reason}"]
+
+
+# --- batch jobs, sessions, transfers, heartbeats ----------------------------------------
+
+
+def test_batch_job_events_are_state_changes_of_one_row() -> None:
+    batch = uuid.uuid4()
+    events = [
+        ev(
+            BatchJobRequested,
+            BatchRequestData(num_nodes=2, wall_time_min=30, filter_tags={"a": "b"}),
+            actor=f"user:{OWNER}",
+            aggregate=batch,
+        ),
+        ev(BatchJobSubmitted, BatchSubmittedData(scheduler_id="123"), aggregate=batch),
+        ev(BatchJobQueued, BatchReasonData(), aggregate=batch),
+        ev(BatchJobFinished, BatchFinishedData(exit_code=0, reason="done"), aggregate=batch),
+        ev(BatchJobSubmitFailed, BatchReasonData(reason="no queue"), aggregate=batch),
+    ]
+    projection = fresh()
+    fold(projection, events)
+    (requested, params), *states = ops(projection)
+    assert (requested, params["num_nodes"], params["filter_tags"]) == (
+        "batch_requested",
+        2,
+        '{"a":"b"}',
+    )
+    assert [(s, p["state"], p["scheduler_id"], p["exit_code"], p["reason"]) for s, p in states] == [
+        ("batch_state", "submitted", "123", None, None),
+        ("batch_state", "queued", None, None, None),
+        ("batch_state", "finished", None, 0, "done"),
+        ("batch_state", "submit_failed", None, None, "no queue"),
+    ]
+    assert all(p["id"] == batch for _, p in ops(projection))
+
+
+def test_session_events_open_and_end_a_session() -> None:
+    launcher = f"launcher:{SESSION}"
+    opened = SessionOpenedData(
+        hostname="nid1",
+        nodes=(NodeInfo(hostname="nid1", cores=4),),
+        deadline=AT + timedelta(hours=1),
+        heartbeat_ttl_s=10,
+    )
+    projection = fresh()
+    fold(
+        projection,
+        [
+            ev(SessionOpened, opened, actor=launcher, aggregate=SESSION),
+            ev(SessionClosed, SessionClosedData(reason="idle"), actor=launcher, aggregate=SESSION),
+            ev(SessionExpired, SessionExpiredData(), actor="controller:main", aggregate=SESSION),
+        ],
+    )
+    (statement, params), *ended = ops(projection)
+    assert (statement, params["hostname"], params["heartbeat_ttl_s"]) == (
+        "session_opened",
+        "nid1",
+        10,
+    )
+    assert json.loads(params["nodes"]) == [{"hostname": "nid1", "cores": 4, "gpus": 0}]
+    assert [(s, p["state"], p["reason"]) for s, p in ended] == [
+        ("session_ended", "closed", "idle"),
+        ("session_ended", "expired", "heartbeat expired"),
+    ]
+
+
+def test_transfer_events_are_state_changes_of_one_item() -> None:
+    xfer, job = uuid.uuid4(), uuid.uuid4()
+    requested = TransferRequestedData(
+        job_id=job,
+        slot="inputs",
+        direction="in",
+        local_path="in",
+        remote=TransferSpec(location="beamline", path="/d"),
+    )
+    projection = fresh()
+    fold(
+        projection,
+        [
+            ev(TransferRequested, requested, actor="controller:main", aggregate=xfer),
+            ev(TransferSubmitted, TransferSubmittedData(task_id="t1"), aggregate=xfer),
+            ev(TransferFailed, TransferFailedData(reason="no route"), aggregate=xfer),
+            ev(TransferSucceeded, None, aggregate=xfer),
+        ],
+    )
+    (statement, params), *states = ops(projection)
+    assert (statement, params["job_id"], params["direction"]) == ("xfer_requested", job, "in")
+    assert [(p["state"], p["task_id"], p["reason"]) for _, p in states] == [
+        ("submitted", "t1", None),
+        ("failed", None, "no route"),
+        ("succeeded", None, None),
+    ]
+
+
+def test_heartbeats_and_their_expiry_markers_update_sessions() -> None:
+    beat = Heartbeat(session_id=SESSION, site=SITE, at=AT)
+    projection = fresh()
+    projection.fold(RawMessage(HB_STREAM, 1, "hb", b""), HeartbeatMessage(1, SITE, SESSION, beat))
+    projection.fold(RawMessage(HB_STREAM, 2, "hb", b""), ExpiryMarker(2, SITE, SESSION))
+    (beat_op, beat_params), (expired, expired_params) = ops(projection)
+    assert (beat_op, beat_params["id"], beat_params["at"]) == ("heartbeat", SESSION, AT)
+    assert beat_params["heartbeat"] == beat.model_dump_json()
+    assert (expired, expired_params) == ("session_expired", {"id": SESSION, "site": SITE})
