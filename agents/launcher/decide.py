@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from lodestream.agents.launcher.report import Tally
 from lodestream.agents.site.apps.pyrun import parse_result
 from lodestream.platform_adapters.packing import Allocation
@@ -159,18 +161,28 @@ class RunEnd:
 def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
     """The event that reports the end of ``item``'s run.
 
-    Raises ValueError if ``end.pyrun_result`` is not a file pyrun writes.
+    A Python app's result file that pyrun did not write (the job overwrote it, or
+    its value cannot be stored) makes the run an error naming that: the task's own
+    output is what the job's owner must see, never a pilot that drops the result.
     """
     tail = end.stderr_tail
     result: Any = None
     if end.pyrun_result is not None:
-        pyrun = parse_result(end.pyrun_result)
+        try:
+            pyrun = parse_result(end.pyrun_result)
+        except ValueError as exc:
+            return _unusable_result(item, end, f"its result file is not pyrun's: {exc}")
         result = pyrun.result if pyrun.ok else None
         if not pyrun.ok:  # the exception of a Python app says more than its stderr
             tail = pyrun.traceback or pyrun.error or tail
     fields: dict[str, Any] = {"return_code": end.return_code, "stderr_tail": tail[-TAIL_CHARS:],
                               "runtime_s": end.runtime_s, "result": result,
                               "attempt": item.attempt}  # fmt: skip
+    try:
+        RunResultData(**fields)
+    except ValidationError as exc:
+        why = "; ".join(str(e["msg"]) for e in exc.errors())
+        return _unusable_result(item, end, f"its result cannot be stored: {why}")
     if end.return_code != 0:
         return Outcome(JobRunErrored, RunResultData(**fields, work=item.spec), Tally.ERRORED)
     if app is not None and app.steps(item.spec).nothing_after_run:
@@ -182,6 +194,13 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
     # Steps follow the run (or the app is unknown here): job.run_done, which the site's
     # postprocess hook or the controller answers.
     return Outcome(JobRunDone, RunResultData(**fields, work=item.spec), Tally.FINISHED)
+
+
+def _unusable_result(item: WorkItem, end: RunEnd, why: str) -> Outcome:
+    data = RunResultData(return_code=end.return_code, stderr_tail=end.stderr_tail[-TAIL_CHARS:],
+                         runtime_s=end.runtime_s, cause=(why[:TAIL_CHARS],), work=item.spec,
+                         attempt=item.attempt)  # fmt: skip
+    return Outcome(JobRunErrored, data, Tally.ERRORED)
 
 
 def start_failure(item: WorkItem, reason: str) -> Outcome:

@@ -55,4 +55,14 @@ def run_end(item: WorkItem, tracked: Tracked, code: int, data_dir: Path) -> RunE
     tail = "" if code == 0 else tracked.task.stderr_tail()
     pyrun = data_dir / item.spec.workdir / PYRUN_RESULT
     return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail,
-                  pyrun_result=pyrun.read_text() if pyrun.exists() else None)  # fmt: skip
+                  pyrun_result=_read_result(pyrun))  # fmt: skip
+
+
+def _read_result(path: Path) -> str | None:
+    """The result file's text; what cannot be read becomes text ``run_result`` refuses."""
+    try:
+        return path.read_text(errors="replace")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # written by the job: a directory, unreadable, ...
+        return f"<unreadable: {exc.strerror}>"

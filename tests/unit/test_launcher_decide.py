@@ -273,9 +273,23 @@ def test_a_python_apps_exception_replaces_its_stderr(doc: dict[str, Any], tail: 
     assert (outcome.data.stderr_tail, outcome.data.result) == (tail, None)
 
 
-def test_a_result_file_pyrun_did_not_write_is_refused() -> None:
-    with pytest.raises(ValueError, match="not a pyrun result"):
-        decide.run_result(item(), end(0, pyrun="[1]"), app())
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("[1]", "its result file is not pyrun's: not a pyrun result"),
+        ("{not json", "its result file is not pyrun's: Expecting property name"),
+        ("<unreadable: Is a directory>", "its result file is not pyrun's"),
+        ('{"ok": true, "result": "a\\u0000b"}', "its result cannot be stored"),
+    ],
+)
+def test_a_result_file_pyrun_did_not_write_makes_the_run_an_error(text: str, why: str) -> None:
+    # The job can overwrite the file; its pilot must still report the job, with the reason.
+    outcome = decide.run_result(item(), end(0, tail="", pyrun=text), app())
+    assert outcome.kind is JobRunErrored
+    assert outcome.tally is Tally.ERRORED
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.cause[0].startswith(why)
+    assert fold_outcome(outcome, running()).state is JobState.RUN_ERROR
 
 
 @given(
