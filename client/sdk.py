@@ -124,12 +124,17 @@ class LodeClient:
         return self._request_list("GET", f"/jobs/{job_id}/events")
 
     def kill_job(self, job_id: str, reason: str = "") -> Json:
-        """Kill a job that is not final yet; a running task is stopped by its pilot."""
-        return self._request("POST", f"/jobs/{job_id}/kill", json={"reason": reason})
+        """Kill a job that is not final yet; a running task is stopped by its pilot.
+
+        ``reason`` goes into the job's history; without one the API records a default.
+        """
+        body = {"reason": reason} if reason else None
+        return self._request("POST", f"/jobs/{job_id}/kill", json=body)
 
     def reset_job(self, job_id: str, reason: str = "") -> Json:
-        """Send a FAILED or KILLED job back to READY to run again."""
-        return self._request("POST", f"/jobs/{job_id}/reset", json={"reason": reason})
+        """Send a FAILED or KILLED job back to READY to run again (``reason`` as for kill)."""
+        body = {"reason": reason} if reason else None
+        return self._request("POST", f"/jobs/{job_id}/reset", json=body)
 
     def events_after(self, after_seq: int = 0, limit: int = 1000) -> list[Json]:
         """Job events of your sites after stream sequence ``after_seq`` (a polling feed)."""

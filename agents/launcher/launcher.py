@@ -33,6 +33,7 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,7 @@ from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePac
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobStarted
 from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.retry import MAX_BACKOFF_S
 
 __all__ = ["Launcher", "LauncherReport"]
 
@@ -97,6 +99,7 @@ class Launcher:
         self._packer = NodePacker(nodes)
         self._data_dir = data_dir
         self._idle_ttl_s = idle_ttl_s
+        self._idle_from = 0.0  # monotonic: not idle before a deferred retry falls due
         self._max_fetch = max_fetch
         self._base_env = dict(base_env or {})  # tasks inherit only what the entry point passes
         self._reaper = Reaper()
@@ -189,7 +192,7 @@ class Launcher:
                     return "wall time reached"
                 if self._jobs:
                     idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > self._idle_ttl_s:
+                elif time.monotonic() - max(idle_since, self._idle_from) > self._idle_ttl_s:
                     return "idle"
                 if self.session.lapsed:
                     # Unacknowledged heartbeats for a TTL: lease nothing until we know whether
@@ -248,6 +251,10 @@ class Launcher:
         if held is not None:
             await self._redelivered(item, held)
             return
+        wait = item.wait_s(datetime.now(UTC))
+        if wait > 0:
+            await self._defer(item, wait)
+            return
         placing = decide.offer(item.spec, never_fits=self._packer.can_ever_fit(request),
                                remaining_min=self.session.remaining_min())  # fmt: skip
         allocation = self._packer.allocate(request) if placing is Offer.PLACE else None
@@ -264,6 +271,17 @@ class Launcher:
         self.report.skipped += 1
         log.warning("launcher: skipped delivery on %s: %s", msg.subject, why)
         await settle(msg.term())
+
+    async def _defer(self, item: WorkItem, wait: float) -> None:
+        """A retry that is not due yet: the server hands it back when it is, to whichever pilot
+        fetches then. The wait is kept by the consumer (a nak with that delay), not by this
+        pilot, so it survives this pilot, the site agent and the controller stopping."""
+        self.report.deferred += 1
+        if wait <= self._idle_ttl_s:
+            # Work that falls due within our idle TTL: idleness counts from then, not from now.
+            self._idle_from = max(self._idle_from, time.monotonic() + wait)
+        # Capped: a due time beyond any backoff (a skewed clock) is looked at again later.
+        await settle(item.msg.nak(delay=min(wait, MAX_BACKOFF_S)))
 
     async def _redelivered(self, item: WorkItem, held: WorkItem) -> None:
         """A second runnable delivery of a job we hold: never a second allocation."""

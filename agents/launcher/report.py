@@ -25,6 +25,7 @@ class LauncherReport:
     killed: int = 0
     skipped: int = 0  # deliveries the shared rule refused, or that carried no work
     duplicates: int = 0  # deliveries of a job this pilot already held
+    deferred: int = 0  # retries handed back to the server until they fall due
     exit_reason: str = ""
 
     def count(self, tally: Tally) -> None:

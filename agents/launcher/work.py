@@ -5,6 +5,10 @@ its subject, it is about this pilot's own site, and its type is one that makes a
 job runnable (the ``launch-<site>`` consumer's filter). Anything else — garbage,
 an event that names another site, a type that hands no work to pilots — is
 :class:`NotWork`: the pilot terminates the delivery, logs it and counts it.
+
+A ``job.restart_ready`` says when the retry is due (``retry_at``): until then
+the item is not to be leased, and the pilot hands the delivery back to the
+server with that delay (see ``Launcher._defer``).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import logging
 import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Final
 
 import nats.errors
@@ -38,10 +43,17 @@ class WorkItem:
     spec: JobSpec
     attempt: int
     msg: Any  # the NATS message, acked or nak'ed by the launcher
+    not_before: datetime | None = None  # a retry's due time: no lease before it
 
     @property
     def key(self) -> JobKey:
         return (self.site, self.job_id)
+
+    def wait_s(self, now: datetime) -> float:
+        """Seconds until the job may be leased; 0 when it may be now."""
+        if self.not_before is None:
+            return 0.0
+        return max(0.0, (self.not_before - now).total_seconds())
 
 
 class NotWork(ValueError):
@@ -63,6 +75,7 @@ def work_item(msg: Any, site: str) -> WorkItem:
         spec=data.work,
         attempt=data.attempt,
         msg=msg,
+        not_before=data.retry_at if isinstance(data, RetryData) else None,
     )
 
 

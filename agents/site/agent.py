@@ -20,6 +20,7 @@ from nats.js import JetStreamContext
 from lodestream.agents.site.apps import ApplicationDefinition
 from lodestream.agents.site.processing import Processing
 from lodestream.agents.site.registry import AppPublisher
+from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import pull_consumer
@@ -34,6 +35,7 @@ class SiteAgent:
         js: JetStreamContext,
         settings: SiteSettings,
         apps: dict[str, type[ApplicationDefinition]],
+        retries: RetryRules | None = None,
     ) -> None:
         self._js = js
         self._settings = settings
@@ -44,7 +46,7 @@ class SiteAgent:
         )
         self.processing = Processing(
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
-            retry_budget=settings.processing.retry_budget,
+            retries=retries or RetryRules.build(settings.processing, apps),
         )  # fmt: skip
         self.skipped = 0
 

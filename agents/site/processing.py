@@ -10,6 +10,11 @@ Each outcome is appended with compare-and-set on the event that asked for it
 and an id derived from that event, so a redelivered message can never act
 twice. Hooks are site code and may block: they run in worker threads.
 
+A retry is not immediate: ``job.restart_ready`` records the app's backoff
+(``backoff_s``) and when the next attempt is due (``retry_at``, counted from
+the failure event's own time, so deciding again yields the same event), and
+pilots lease the job no earlier (:mod:`lodestream.agents.launcher.work`).
+
 Every delivery is checked with the shared rule (:mod:`lodestream.schemas.trust`) before any hook
 runs: its subject, its site (this site's, everywhere the payload names one) and its
 writer; and its type must be one of the ``process-<site>`` consumer's.
@@ -26,6 +31,7 @@ from typing import Any, Final
 import orjson
 
 from lodestream.agents.site.apps import ApplicationDefinition, Decision, JobContext
+from lodestream.agents.site.retries import RetryRules
 from lodestream.eventlog import ConflictError, EventLog
 from lodestream.eventlog.consumers import PROCESS_EVENTS
 from lodestream.schemas.envelope import Event
@@ -38,6 +44,7 @@ from lodestream.schemas.events import (
 from lodestream.schemas.events.job import FailureData, RetryData, RunResultData, StepData
 from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.retry import backoff_s, retry_at
 from lodestream.schemas.subjects import parse_event_subject
 from lodestream.schemas.trust import Untrusted, check_own_site, event_from_message
 
@@ -53,13 +60,13 @@ class Processing:
         site: str,
         apps: dict[str, type[ApplicationDefinition]],
         data_dir: Path,
-        retry_budget: int,
+        retries: RetryRules,
     ) -> None:
         self._log = log_
         self._site = site
         self._apps = apps
         self._data_dir = data_dir
-        self._max_attempts = retry_budget + 1
+        self._retries = retries
         self.handled = 0
 
     @property
@@ -127,7 +134,7 @@ class Processing:
             return self._fail(event, f"app {spec.app!r} is not defined at site {self._site}")
         context = JobContext.from_spec(
             event.aggregate_id, spec, self._data_dir, attempt=attempt,
-            max_attempts=self._max_attempts,
+            max_attempts=self._retries.of(spec.app).max_attempts,
             return_code=data.return_code if isinstance(data, RunResultData) else None,
             stderr_tail=data.stderr_tail if isinstance(data, RunResultData) else "",
         )  # fmt: skip
@@ -165,15 +172,21 @@ class Processing:
         except Exception as exc:
             return self._fail(event, f"{hook.__name__} failed: {type(exc).__name__}: {exc}")
         what = "error" if event.type == "job.run_errored" else "timeout"
-        if decision == Decision.RETRY and attempt < self._max_attempts:
+        plan = self._retries.of(spec.app)
+        if decision == Decision.RETRY and attempt < plan.max_attempts:
+            wait = backoff_s(plan.backoff, event.aggregate_id, attempt)
+            retry = RetryData(
+                attempt=attempt + 1, reason=f"retry after {what}", work=spec,
+                max_attempts=plan.max_attempts, backoff_s=wait,
+                retry_at=retry_at(event.occurred_at, wait),
+            )  # fmt: skip
             return JobRestartReady.create(
-                site=self._site, aggregate_id=event.aggregate_id, actor=self.actor,
-                data=RetryData(attempt=attempt + 1, reason=f"retry after {what}", work=spec),
+                site=self._site, aggregate_id=event.aggregate_id, actor=self.actor, data=retry,
                 event_id=self._id(event, JobRestartReady), causation_id=event.id,
             )  # fmt: skip
         data = event.data
         detail = data.stderr_tail if isinstance(data, RunResultData) else ""
-        exhausted = attempt >= self._max_attempts
+        exhausted = attempt >= plan.max_attempts
         why = "retry budget exhausted" if exhausted else f"{hook.__name__} decided FAIL"
         reason = f"run {what} on attempt {attempt} ({why})"
         cause = (*(data.cause if isinstance(data, RunResultData) else ()), detail[-500:])

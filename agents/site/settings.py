@@ -11,7 +11,12 @@
       idle_ttl_s: 60
       virtual_nodes: 1
     processing:
-      retry_budget: 3
+      retry_budget: 3            # retries after the first attempt; an app may set its own
+      retry_backoff:             # the wait before each retry; an app may override any field
+        base_s: 10
+        factor: 2
+        max_s: 600
+        jitter: 0.2
 
 Only entry points (``lode site start``, ``lode launcher``) read the file.
 """
@@ -24,6 +29,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
+from lodestream.schemas.retry import RetryBackoff
 from lodestream.schemas.subjects import SiteSlug
 
 SETTINGS_FILE = "settings.yml"
@@ -54,7 +61,8 @@ class LauncherSettings(_Strict):
 
 
 class ProcessingSettings(_Strict):
-    retry_budget: int = Field(3, ge=0, le=100)
+    retry_budget: int = Field(3, ge=0, le=MAX_RETRY_BUDGET)
+    retry_backoff: RetryBackoff = RetryBackoff()
     workers: int = Field(4, ge=1, le=64)
 
 

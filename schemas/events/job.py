@@ -5,10 +5,11 @@ from __future__ import annotations
 import uuid
 from typing import Any, ClassVar, Literal
 
-from pydantic import Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator
 
 from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.resources import INT32_MAX, INT32_MIN, JobSpec, check_storable
+from lodestream.schemas.retry import MAX_BACKOFF_S
 from lodestream.schemas.upcast import upcaster
 
 MAX_TAIL = 4096
@@ -79,9 +80,19 @@ class FinishedData(StepData):
 
 
 class RetryData(EventData):
+    """``job.restart_ready``: the job may run again as ``attempt``, but not before ``retry_at``.
+
+    The wait is the site's decision (:mod:`lodestream.schemas.retry`), recorded here so that
+    it is visible in the job's history and so that pilots can honour it: none leases the
+    job before ``retry_at``. ``max_attempts`` is the budget it was decided with.
+    """
+
     attempt: int = Field(ge=1, le=INT32_MAX)
     reason: str = ""
     work: JobSpec | None = None
+    max_attempts: int | None = Field(None, ge=1, le=INT32_MAX)
+    backoff_s: float = Field(0.0, ge=0, le=MAX_BACKOFF_S)
+    retry_at: AwareDatetime | None = None  # None: at once (what every v1 event meant)
 
 
 class FailureData(EventData):
@@ -188,8 +199,14 @@ class JobPostprocessed(Event):
 class JobRestartReady(Event):
     event_type: ClassVar[str] = "job.restart_ready"
     type: Literal["job.restart_ready"] = "job.restart_ready"
-    v: Literal[1] = 1
+    v: Literal[2] = 2
     data: RetryData
+
+
+@upcaster("job.restart_ready", 1)
+def _restart_ready_v1(document: dict[str, Any]) -> dict[str, Any]:
+    # v2 added max_attempts, backoff_s and retry_at; a v1 restart was due at once.
+    return document
 
 
 class JobStagedOut(Event):

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime, timedelta
 
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobRestartReady, JobRunErrored, JobRunTimedOut, JobStarted
 from lodestream.schemas.events.job import RetryData, RunResultData, StartedData
-from tests.chaos.verify import LogEvent, unexplained_reruns
+from tests.chaos.verify import LogEvent, early_starts, unexplained_reruns
 from tests.support.builders import job_created, lifecycle
 
 A, B = uuid.uuid4(), uuid.uuid4()
@@ -33,10 +34,11 @@ def timed_out(actor: str, *cause: str) -> JobRunTimedOut:
     )
 
 
-def restart_ready() -> JobRestartReady:
+def restart_ready(due: datetime | None = None) -> JobRestartReady:
     return JobRestartReady.create(
-        site="alpha", aggregate_id=uuid.uuid4(), actor="site:alpha", data=RetryData(attempt=2)
-    )
+        site="alpha", aggregate_id=uuid.uuid4(), actor="site:alpha",
+        data=RetryData(attempt=2, retry_at=due),
+    )  # fmt: skip
 
 
 def test_one_start_needs_no_explanation() -> None:
@@ -69,3 +71,13 @@ def test_an_error_and_its_retry_are_no_fault_s_doing() -> None:
         data=RunResultData(return_code=1),
     )  # fmt: skip
     assert len(unexplained_reruns(history(errored, restart_ready(), started(B)))) == 1
+
+
+def test_a_start_before_its_retry_was_due_is_reported() -> None:
+    fenced = timed_out("controller:main", f"session {A} heartbeat expired")
+    soon = datetime.now(UTC) + timedelta(hours=1)
+    [problem] = early_starts(history(fenced, restart_ready(soon), started(B)))
+    assert "early" in problem
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    assert early_starts(history(fenced, restart_ready(past), started(B))) == []
+    assert early_starts(history(fenced, restart_ready(), started(B))) == []

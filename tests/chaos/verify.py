@@ -14,7 +14,7 @@ from nats.js import JetStreamContext
 
 from lodestream.schemas.codec import decode
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.events.job import RunResultData, StartedData
+from lodestream.schemas.events.job import RetryData, RunResultData, StartedData
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
 from lodestream.services.projector.rebuild import Rebuild, read_stream
 from tests.chaos.workload import Wave
@@ -90,6 +90,22 @@ def unexplained_reruns(events: list[LogEvent]) -> list[str]:
             session, since = data.session_id, []
         else:
             since.append(item)
+    return problems
+
+
+def early_starts(events: list[LogEvent]) -> list[str]:
+    """Starts before the retry they follow was due: no pilot may lease a job before the
+    ``retry_at`` of its last ``job.restart_ready`` (all clocks here are one machine's)."""
+    problems = []
+    due = None
+    for item in events:
+        data = item.event.data
+        if isinstance(data, RetryData):
+            due = data.retry_at
+        elif isinstance(data, StartedData):
+            if due is not None and item.event.occurred_at < due:
+                problems.append(f"seq {item.seq}: started {due - item.event.occurred_at} early")
+            due = None
     return problems
 
 
@@ -170,7 +186,7 @@ async def check(
     workdirs = {job.aggregate_id: job.data.workdir for wave in waves for job in wave.jobs}
     for job in ids:
         events = log.jobs.get(job, [])
-        trouble = unexplained_reruns(events)
+        trouble = unexplained_reruns(events) + early_starts(events)
         started = log.count(job, "job.started")
         runs = runs_recorded(data_dir, workdirs[job])
         if runs > started:

@@ -10,6 +10,9 @@ from tests.fixtures.nats import SecureNats
 from tests.support.processes import TEST_HEARTBEAT_TTL_S
 
 TEST_APPS = Path(__file__).parent.parent / "data" / "apps"
+# Retries in tests wait tens of milliseconds, not the production seconds; a test that is
+# about the backoff sets its own (processing={"retry_backoff": ...}).
+TEST_RETRY_BACKOFF = {"base_s": 0.05, "factor": 2.0, "max_s": 0.4, "jitter": 0.5}
 
 
 def make_site_dir(
@@ -36,7 +39,7 @@ def make_site_dir(
             # The control plane's HB stream expires heartbeats after the same TTL.
             "launcher": {"heartbeat_ttl_s": round(TEST_HEARTBEAT_TTL_S), "idle_ttl_s": 30,
                          "virtual_nodes": 2, "cores_per_node": 4, **launcher},
-            "processing": processing or {},
+            "processing": {"retry_backoff": TEST_RETRY_BACKOFF, **(processing or {})},
         }
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())

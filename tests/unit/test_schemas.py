@@ -34,6 +34,7 @@ from lodestream.schemas.events.job import (
     FinishedData,
     JobFinished,
     JobKilled,
+    JobRestartReady,
     LeaseData,
     ParentsData,
     Placement,
@@ -342,6 +343,16 @@ def test_job_finished_v1_on_the_log_still_reads() -> None:
     assert event.v == CURRENT_VERSION["job.finished"] == 2
     assert event.data.skipped == ("job.postprocessed", "job.staged_out")
     assert event.data.run is None
+
+
+def test_job_restart_ready_v1_on_the_log_reads_as_due_at_once() -> None:
+    # v1 (before retries backed off) had no wait: the retry was due when it was appended.
+    v1 = sample_document("job.restart_ready", v=1, data={"attempt": 2, "reason": "retry"})
+    event = decode(orjson.dumps(v1))
+    assert isinstance(event, JobRestartReady)
+    assert event.v == CURRENT_VERSION["job.restart_ready"] == 2
+    assert (event.data.attempt, event.data.backoff_s, event.data.retry_at) == (2, 0.0, None)
+    assert event.data.max_attempts is None
 
 
 def test_without_upcaster_old_version_is_refused() -> None:

@@ -12,6 +12,8 @@ import pytest
 
 from lodestream.agents.site.apps import ApplicationDefinition
 from lodestream.agents.site.processing import Processing
+from lodestream.agents.site.retries import RetryRules
+from lodestream.agents.site.settings import ProcessingSettings
 
 
 class Plain(ApplicationDefinition):
@@ -48,7 +50,8 @@ def delivery(kind: str, app: Any) -> Delivery:
 @pytest.fixture
 def processing(tmp_path: Path) -> Processing:
     apps = {a.spec.name: a for a in (Plain, Cleans, Post)}
-    return Processing(None, site="s", apps=apps, data_dir=tmp_path, retry_budget=1)  # type: ignore[arg-type]
+    retries = RetryRules.build(ProcessingSettings(retry_budget=1), apps)
+    return Processing(None, site="s", apps=apps, data_dir=tmp_path, retries=retries)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(

@@ -101,6 +101,11 @@ class ApplicationDefinition:
     cleanup_files: ClassVar[Sequence[str]] = ()
     transfers: ClassVar[Mapping[str, TransferSlot | Mapping[str, Any]]] = {}
     python_exe: ClassVar[str] = sys.executable
+    # Retries after a failed run; None keeps the site's processing.retry_budget.
+    retry_budget: ClassVar[int | None] = None
+    # Fields of the site's processing.retry_backoff this app changes (base_s, factor, max_s,
+    # jitter), e.g. {"base_s": 60} for an app whose failures are a busy file system.
+    retry_backoff: ClassVar[Mapping[str, float]] = {}
 
     abstract: ClassVar[bool] = True
     spec: ClassVar[AppSpec]

@@ -8,6 +8,7 @@ never the raw attributes.
 from __future__ import annotations
 
 import inspect
+import math
 import re
 import sys
 from collections.abc import Callable, Mapping
@@ -24,6 +25,8 @@ ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOOKS: Final = ("preprocess", "postprocess", "handle_error", "handle_timeout", "shell_preamble")
 _PARAMETER_KEYS: Final = frozenset({"required", "default", "help"})
 _SLOT_KEYS: Final = frozenset({"direction", "local_path", "required", "recursive", "description"})
+MAX_RETRY_BUDGET: Final = 100  # the most retries a site or an app may allow
+BACKOFF_KEYS: Final = ("base_s", "factor", "max_s", "jitter")  # schemas.retry.RetryBackoff
 
 
 class Parameter:
@@ -78,6 +81,8 @@ class AppSpec:
     cleanup_files: tuple[str, ...] = ()
     transfers: Mapping[str, TransferSlot] = field(default_factory=dict)
     python_exe: str = sys.executable
+    retry_budget: int | None = None  # None: the site's processing.retry_budget
+    retry_backoff: Mapping[str, float] = field(default_factory=dict)  # over the site's
 
     @property
     def is_python(self) -> bool:
@@ -136,6 +141,8 @@ def build_spec(cls: type) -> AppSpec:
         cleanup_files=_cleanup(getattr(cls, "cleanup_files", []), fail),
         transfers=_transfers(getattr(cls, "transfers", {}), fail),
         python_exe=python_exe,
+        retry_budget=_retry_budget(getattr(cls, "retry_budget", None), fail),
+        retry_backoff=_retry_backoff(getattr(cls, "retry_backoff", {}), fail),
     )
 
 
@@ -279,3 +286,28 @@ def _transfers(raw: object, fail: Fail) -> dict[str, TransferSlot]:
             raise fail(f"transfer slot {slot!r}: local_path must be relative to the workdir")
         slots[slot] = value
     return slots
+
+
+def _retry_budget(raw: object, fail: Fail) -> int | None:
+    if raw is None:
+        return None
+    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= MAX_RETRY_BUDGET:
+        raise fail(f"retry_budget must be None (the site's) or an int from 0 to {MAX_RETRY_BUDGET}")
+    return raw
+
+
+def _retry_backoff(raw: object, fail: Fail) -> dict[str, float]:
+    """Keys and types only: the ranges are the site settings' own (checked at agent start,
+    against the merged values), and pydantic is not imported here (see loader.to_app_model)."""
+    if not isinstance(raw, Mapping):
+        raise fail(f"retry_backoff must be a dict with any of {list(BACKOFF_KEYS)}")
+    unknown = sorted(str(key) for key in set(raw) - set(BACKOFF_KEYS))
+    if unknown:
+        raise fail(f"retry_backoff has unknown keys {unknown}; known: {', '.join(BACKOFF_KEYS)}")
+    backoff: dict[str, float] = {}
+    for key, value in raw.items():
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or not math.isfinite(value):
+            raise fail(f"retry_backoff[{key!r}] must be a finite number, not {value!r}")
+        backoff[key] = float(value)
+    return backoff

@@ -4,6 +4,10 @@ The append chains on the job's last sequence as the read model shows it. If
 the log has moved past that (the read model lags, or a pilot just reported),
 the compare-and-set fails; the action is then re-judged on fresher state, a
 few times, before a 409 tells the user the job keeps changing.
+
+The body, a reason, is optional: no body, ``{}`` and ``{"reason": ""}`` all
+record a default reason naming the action. A body that is there but
+malformed (not JSON, unknown fields, a reason with NUL) is still a 422.
 """
 
 from __future__ import annotations
@@ -11,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import uuid
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Body
 from sqlalchemy import RowMapping
 
 from lodestream.eventlog import ConflictError
@@ -45,6 +49,18 @@ class ActionBody(Wire):
     reason: FreeText = ""
 
 
+OptionalBody = Annotated[
+    ActionBody | None,
+    Body(description="Optional. Without it (or without a reason) a default reason is recorded."),
+]
+
+# What the event records when the user gives no reason: the actor already says who.
+DEFAULT_REASONS: dict[type[Event], str] = {
+    JobKilled: "killed on the user's request",
+    JobReset: "reset on the user's request",
+}
+
+
 class ActionDone(Wire):
     id: uuid.UUID
     state: str
@@ -52,20 +68,25 @@ class ActionDone(Wire):
 
 
 @router.post("/jobs/{job_id}/kill", response_model=ActionDone, responses=_ERRORS)
-async def kill_job(job_id: uuid.UUID, ctx: Context, user: User, body: ActionBody) -> ActionDone:
-    """Kill a job that is not final; its pilot stops a running task."""
-    return await _act(ctx, user, job_id, JobKilled, body.reason)
+async def kill_job(
+    job_id: uuid.UUID, ctx: Context, user: User, body: OptionalBody = None
+) -> ActionDone:
+    """Kill a job that is not final; its pilot stops a running task. The body is optional."""
+    return await _act(ctx, user, job_id, JobKilled, body)
 
 
 @router.post("/jobs/{job_id}/reset", response_model=ActionDone, responses=_ERRORS)
-async def reset_job(job_id: uuid.UUID, ctx: Context, user: User, body: ActionBody) -> ActionDone:
-    """Send a FAILED or KILLED job back to READY."""
-    return await _act(ctx, user, job_id, JobReset, body.reason)
+async def reset_job(
+    job_id: uuid.UUID, ctx: Context, user: User, body: OptionalBody = None
+) -> ActionDone:
+    """Send a FAILED or KILLED job back to READY. The body is optional."""
+    return await _act(ctx, user, job_id, JobReset, body)
 
 
 async def _act(
-    ctx: Context, user: str, job_id: uuid.UUID, kind: type[Event], reason: str
+    ctx: Context, user: str, job_id: uuid.UUID, kind: type[Event], body: ActionBody | None
 ) -> ActionDone:
+    reason = (body.reason if body is not None else "") or DEFAULT_REASONS[kind]
     for attempt in range(ATTEMPTS):
         async with ctx.engine.connect() as conn:
             row = await queries.get_job(conn, user, job_id)
