@@ -17,6 +17,7 @@ PlatformError
 │   │   └── SubmitRejected     the scheduler refused a submission (bad queue, project, limits)
 │   ├── UnparseableOutput      the command's output as a whole could not be understood
 │   ├── InvalidSubmission      the request cannot be rendered (bad option name, zero nodes)
+│   ├── InvalidJobId           not an id a scheduler hands out (it could read as an option)
 │   ├── UnknownBatchJob        the scheduler has no record of that job id
 │   └── NotSupported           this scheduler cannot answer that question (e.g. backfill)
 └── UnknownBackend             no backend is registered under that name
@@ -100,6 +101,10 @@ class UnparseableOutput(SchedulerError, ValueError):
 
 class InvalidSubmission(SchedulerError, ValueError):
     """A submission request cannot be turned into a command line; nothing was run."""
+
+
+class InvalidJobId(SchedulerError, ValueError):
+    """A job id that no scheduler hands out; refused before it reaches a command line."""
 
 
 class UnknownBatchJob(SchedulerError, LookupError):

@@ -23,6 +23,7 @@ Contract shared by every backend, and checked by one shared test suite
 * ``accounting(id)`` reads the job's record after the fact (start, end, exit status, final
   state); ``UnknownBatchJob`` if there is none. While the job is still queued or running the
   record says so and has no end.
+* Ids handed in are checked first: one that could read as an option raises ``InvalidJobId``.
 * A command that is missing raises ``SchedulerUnavailable`` naming it, one that hangs raises
   ``SchedulerTimeout``, one that fails raises ``SchedulerCommandFailed`` quoting its stderr. In
   output that parses, a line that does not is skipped with a warning; output that does not parse
@@ -43,13 +44,15 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar, Final
 
-from lodestream.platform_adapters.errors import InvalidSubmission, NotSupported
+from lodestream.platform_adapters.errors import InvalidJobId, InvalidSubmission, NotSupported
 from lodestream.schemas.resources import FINAL_SCHEDULER_STATES, SchedulerState
 
 # Option names become `--name=value` / `-name value`: a name must not be able to smuggle in a
 # different flag or a value of its own.
 OPTION_NAME: Final = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")
 ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# Ids go on command lines as words of their own; one starting with '-' would be an option.
+JOB_ID: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@\[\]-]{0,254}$")
 MAX_WALL_TIME_MIN: Final = 60 * 24 * 365
 MAX_NODES: Final = 1_000_000
 
@@ -91,7 +94,7 @@ class BatchRequest:
                 raise InvalidSubmission(f"{what} {value!r} is not a single printable word")
         _check_text("job_name", self.job_name)
         for name, value in self.options.items():
-            if not OPTION_NAME.match(name):
+            if not OPTION_NAME.fullmatch(name):
                 raise InvalidSubmission(
                     f"option name {name!r} does not match {OPTION_NAME.pattern}"
                 )
@@ -99,7 +102,7 @@ class BatchRequest:
         for word in self.extra_args:
             _check_text("extra argument", word)
         for name, value in self.env.items():
-            if not ENV_NAME.match(name):
+            if not ENV_NAME.fullmatch(name):
                 raise InvalidSubmission(f"environment name {name!r} is not a shell variable name")
             if "\x00" in value:
                 raise InvalidSubmission(f"environment value of {name} contains NUL")
@@ -107,6 +110,13 @@ class BatchRequest:
         object.__setattr__(self, "options", MappingProxyType(dict(self.options)))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "extra_args", tuple(self.extra_args))
+
+
+def check_job_id(job_id: str) -> str:
+    """``job_id`` if it looks like an id some scheduler hands out, else ``InvalidJobId``."""
+    if not JOB_ID.fullmatch(job_id):
+        raise InvalidJobId(f"{job_id!r} is not a batch job id")
+    return job_id
 
 
 def _check_text(what: str, value: str) -> None:
@@ -243,19 +253,23 @@ class Scheduler(ABC):
 
     def status(self, ids: Collection[str] | None = None) -> dict[str, BatchStatus]:
         """The jobs with these ids that the scheduler lists (all of this user's if None)."""
-        found = self.list_jobs(None if ids is None else tuple(ids))
         if ids is None:
-            return found
-        wanted = set(ids)
+            return self.list_jobs(None)
+        wanted = tuple(dict.fromkeys(check_job_id(job_id) for job_id in ids))
+        found = self.list_jobs(wanted)
         return {job_id: status for job_id, status in found.items() if job_id in wanted}
 
     @abstractmethod
     def list_jobs(self, ids: tuple[str, ...] | None) -> dict[str, BatchStatus]:
         """What the scheduler lists for ``ids`` (or for this user); may include other ids."""
 
-    @abstractmethod
     def delete(self, scheduler_id: str) -> bool:
         """Ask the scheduler to end the job: True if asked, False if it had already gone."""
+        return self.delete_job(check_job_id(scheduler_id))
+
+    @abstractmethod
+    def delete_job(self, scheduler_id: str) -> bool:
+        """``delete`` with an id already checked."""
 
     def backfill_windows(self) -> list[BackfillWindow]:
         """Free nodes per queue and how long they stay free; ``NotSupported`` if unknowable."""
@@ -263,6 +277,10 @@ class Scheduler(ABC):
 
     def accounting(self, scheduler_id: str) -> BatchRecord:
         """The job's accounting record; ``UnknownBatchJob`` if the scheduler has none."""
+        return self.read_accounting(check_job_id(scheduler_id))
+
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
+        """``accounting`` with an id already checked; adapters that keep records override it."""
         raise NotSupported(f"the {self.name} scheduler adapter keeps no accounting")
 
     @abstractmethod

@@ -193,7 +193,7 @@ class CobaltScheduler(CommandScheduler):
         result = self.run(["qstat", "-u", self.user], env={"QSTAT_HEADER": ":".join(QSTAT_HEADER)})
         return parse_qstat(result)
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         return parse_qdel(self.run(["qdel", scheduler_id]), scheduler_id)
 
     def backfill_windows(self) -> list[BackfillWindow]:

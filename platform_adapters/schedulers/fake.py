@@ -191,7 +191,7 @@ class FakeScheduler(Scheduler):
             )
         return found
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         self._check_available()
         job = self.jobs.get(scheduler_id)
         if job is None or self._view(job).final:
@@ -203,7 +203,7 @@ class FakeScheduler(Scheduler):
         self._check_available()
         return list(self.windows)
 
-    def accounting(self, scheduler_id: str) -> BatchRecord:
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
         self._check_available()
         job = self.jobs.get(scheduler_id)
         if job is None:

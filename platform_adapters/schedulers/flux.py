@@ -213,9 +213,9 @@ class FluxScheduler(CommandScheduler):
         result = self.run(render_jobs_argv(ids, self.user, all_states=ids is not None))
         return parse_jobs(result)
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         return parse_cancel(self.run(["flux", "cancel", scheduler_id]))
 
-    def accounting(self, scheduler_id: str) -> BatchRecord:
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
         result = self.run(render_jobs_argv((scheduler_id,), self.user, all_states=True))
         return parse_jobs_record(result, scheduler_id)

@@ -170,7 +170,7 @@ class LocalScheduler(Scheduler):
             exit_code=job.returncode,
         )
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         job = self._read(scheduler_id)
         if job is None or job.result is not None:
             return False
@@ -183,7 +183,7 @@ class LocalScheduler(Scheduler):
             return False
         return True
 
-    def accounting(self, scheduler_id: str) -> BatchRecord:
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
         status = self._status(scheduler_id)
         if status is None:
             raise UnknownBatchJob(f"local: no job {scheduler_id} in {self.jobs_dir}")

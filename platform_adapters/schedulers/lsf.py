@@ -324,7 +324,7 @@ class LsfScheduler(CommandScheduler):
         result = self.run(render_bjobs_argv(ids, self.user, all_states=ids is not None))
         return parse_bjobs(result, now=self.now(), tz=self.tz)
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         return parse_bkill(self.run(["bkill", scheduler_id]))
 
     def backfill_windows(self) -> list[BackfillWindow]:
@@ -332,6 +332,6 @@ class LsfScheduler(CommandScheduler):
             self.run(["bslots"]), queue=self.backfill_queue, slots_per_node=self.slots_per_node or 1
         )
 
-    def accounting(self, scheduler_id: str) -> BatchRecord:
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
         result = self.run(render_bjobs_argv((scheduler_id,), self.user, all_states=True))
         return parse_bjobs_record(result, scheduler_id, now=self.now(), tz=self.tz)

@@ -353,7 +353,7 @@ class PbsScheduler(CommandScheduler):
         owner = self.user if ids is None else None
         return parse_qstat(result, owner=owner, now=self.now(), tz=self.tz)
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         return parse_qdel(self.run(["qdel", scheduler_id]))
 
     def backfill_windows(self) -> list[BackfillWindow]:
@@ -362,6 +362,6 @@ class PbsScheduler(CommandScheduler):
             result, queue_attribute=self.queue_attribute, default_queue=self.default_queue
         )
 
-    def accounting(self, scheduler_id: str) -> BatchRecord:
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
         result = self.run(["qstat", "-x", "-f", "-F", "json", scheduler_id])
         return parse_qstat_record(result, scheduler_id, now=self.now(), tz=self.tz)

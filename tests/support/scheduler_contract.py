@@ -55,7 +55,9 @@ class Behaviour:
 
 
 class SchedulerHarness(Protocol):
-    scheduler: Scheduler
+    @property
+    def scheduler(self) -> Scheduler: ...
+
     wall_time_min: int  # what submissions ask for: longer than any test waits
     submit_kwargs: Mapping[str, Any]  # project / queue this backend needs
     timeout_s: float
@@ -204,8 +206,9 @@ class SchedulerContract:
         wait_for(
             harness,
             "the job to run",
-            lambda: harness.scheduler.status([job_id])[job_id].state is SchedulerState.RUNNING
-            or None,
+            lambda: (
+                harness.scheduler.status([job_id])[job_id].state is SchedulerState.RUNNING or None
+            ),
         )
         assert harness.scheduler.delete(job_id) is True
         assert final_record(harness, job_id).state is SchedulerState.CANCELLED

@@ -19,8 +19,8 @@ from tests.support.scheduler_contract import (
 
 class TestFakeScheduler(SchedulerContract):
     @pytest.fixture
-    def harness(self, tmp_path: Path) -> Iterator[SchedulerHarness]:
-        yield FakeHarness(tmp_path)
+    def harness(self, tmp_path: Path) -> SchedulerHarness:
+        return FakeHarness(tmp_path)
 
 
 class TestLocalScheduler(SchedulerContract):

@@ -94,7 +94,7 @@ class SlurmScheduler(CommandScheduler):
             self.status_format = "text"
         return parse_squeue_text(self.run(render_squeue_text_argv(ids, self.user)), tz=self.tz)
 
-    def delete(self, scheduler_id: str) -> bool:
+    def delete_job(self, scheduler_id: str) -> bool:
         return parse_scancel(self.run(render_scancel_argv(scheduler_id)))
 
     def backfill_windows(self) -> list[BackfillWindow]:
@@ -106,7 +106,7 @@ class SlurmScheduler(CommandScheduler):
         )
         return slurm_windows(idle, reservations, now=self.now())
 
-    def accounting(self, scheduler_id: str) -> BatchRecord:
+    def read_accounting(self, scheduler_id: str) -> BatchRecord:
         if self.jobcomp_path is None:
             return parse_sacct(self.run(render_sacct_argv(scheduler_id)), scheduler_id, tz=self.tz)
         try:
