@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,9 +107,13 @@ class LocalScheduler(Scheduler):
                 )
             returncode = starter.wait(timeout=_START_TIMEOUT_S)
         except (OSError, subprocess.TimeoutExpired) as exc:
+            if isinstance(exc, subprocess.TimeoutExpired):
+                starter.kill()
+            shutil.rmtree(job_dir, ignore_errors=True)
             raise SchedulerUnavailable(f"local: cannot start the job wrapper: {exc}") from exc
         if returncode != 0 or not (job_dir / "wrapper.pid").exists():
             said = (job_dir / "wrapper.err").read_text(errors="replace").strip()[-500:]
+            shutil.rmtree(job_dir, ignore_errors=True)  # never accepted: no trace in status()
             raise SubmitRejected(f"local: the job wrapper exited {returncode}: {said}")
         return job_id
 
@@ -147,7 +152,7 @@ class LocalScheduler(Scheduler):
             return None
         started = from_epoch(_read_float(job_dir / "started"))
         result: Mapping[str, Any] | None = _read_json(job_dir / "result.json")
-        if result is None and not _alive(job_dir):
+        if result is None and not _alive(job_dir) and not _being_submitted(job_dir, meta):
             # It may have written its result between the two looks.
             result = _read_json(job_dir / "result.json") or _LOST
         return _LocalJob(job_id, meta, started, result)
@@ -267,6 +272,13 @@ def _read_pid(job_dir: Path) -> int | None:
         return int((job_dir / "wrapper.pid").read_text())
     except (OSError, ValueError):
         return None
+
+
+def _being_submitted(job_dir: Path, meta: Mapping[str, Any]) -> bool:
+    """A job whose submit has not yet seen its wrapper start (another thread, another agent)."""
+    submitted = meta.get("submitted")
+    young = isinstance(submitted, int | float) and time.time() - submitted < _START_TIMEOUT_S
+    return young and not (job_dir / "wrapper.pid").exists()
 
 
 def _alive(job_dir: Path) -> bool:

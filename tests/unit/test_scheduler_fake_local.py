@@ -3,8 +3,10 @@ jobs survive the adapter, a job whose wrapper vanished is reported, files go bes
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -158,3 +160,21 @@ def _read_int(path: Path) -> int | None:
         return int(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def test_a_local_job_being_submitted_elsewhere_is_queued_not_lost(tmp_path: Path) -> None:
+    scheduler = LocalScheduler(tmp_path / "state")
+    job_dir = tmp_path / "state" / "jobs" / "7"
+    job_dir.mkdir(parents=True)
+    meta = {"nodes": 1, "queue": "", "wall_time_min": 5, "submitted": time.time()}
+    (job_dir / "job.json").write_text(json.dumps(meta))  # its wrapper has not said its pid yet
+    assert scheduler.status()["7"].state is SchedulerState.QUEUED
+
+
+def test_a_refused_local_submission_leaves_no_job(tmp_path: Path) -> None:
+    script = tmp_path / "job.sh"
+    script.write_text("true\n")
+    scheduler = LocalScheduler(tmp_path / "state", python="/bin/false")
+    with pytest.raises(SubmitRejected, match="wrapper exited 1"):
+        scheduler.submit(script, wall_time_min=5)
+    assert scheduler.status() == {}
