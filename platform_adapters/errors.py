@@ -10,6 +10,16 @@ PlatformError
 ├── LaunchError
 │   ├── StartFailed            the task's process could not be started; nothing is running
 │   └── WaitTimedOut           wait(timeout) returned before the task ended; it still runs
+├── SchedulerError
+│   ├── SchedulerUnavailable   the scheduler's command is missing or cannot be executed here
+│   ├── SchedulerTimeout       the scheduler's command did not answer within its timeout
+│   ├── SchedulerCommandFailed the command exited non-zero; the message carries its own words
+│   │   └── SubmitRejected     the scheduler refused a submission (bad queue, project, limits)
+│   ├── UnparseableOutput      the command's output as a whole could not be understood
+│   ├── InvalidSubmission      the request cannot be rendered (bad option name, zero nodes)
+│   ├── InvalidJobId           not an id a scheduler hands out (it could read as an option)
+│   ├── UnknownBatchJob        the scheduler has no record of that job id
+│   └── NotSupported           this scheduler cannot answer that question (e.g. backfill)
 └── UnknownBackend             no backend is registered under that name
 """
 
@@ -58,6 +68,51 @@ class StartFailed(LaunchError):
 
 class WaitTimedOut(LaunchError, TimeoutError):
     """``RunningTask.wait(timeout)`` gave up; the task keeps running."""
+
+
+class SchedulerError(PlatformError):
+    """Base of batch scheduler adapter errors."""
+
+
+class SchedulerUnavailable(SchedulerError):
+    """The scheduler's command is not installed, not on PATH, or not executable; names it."""
+
+
+class SchedulerTimeout(SchedulerError, TimeoutError):
+    """The scheduler's command ran past its timeout and was killed (a hung controller)."""
+
+
+class SchedulerCommandFailed(SchedulerError):
+    """The command exited non-zero. ``str()`` quotes what the scheduler itself printed."""
+
+    def __init__(self, message: str, *, argv: tuple[str, ...] = (), returncode: int = 0) -> None:
+        super().__init__(message)
+        self.argv = argv
+        self.returncode = returncode
+
+
+class SubmitRejected(SchedulerCommandFailed):
+    """The scheduler refused the submission; nothing was queued."""
+
+
+class UnparseableOutput(SchedulerError, ValueError):
+    """A command's output could not be understood as a whole (single bad lines are skipped)."""
+
+
+class InvalidSubmission(SchedulerError, ValueError):
+    """A submission request cannot be turned into a command line; nothing was run."""
+
+
+class InvalidJobId(SchedulerError, ValueError):
+    """A job id that no scheduler hands out; refused before it reaches a command line."""
+
+
+class UnknownBatchJob(SchedulerError, LookupError):
+    """The scheduler (or its accounting) has no record of the job id asked about."""
+
+
+class NotSupported(SchedulerError):
+    """The adapter cannot answer this; ``Scheduler.capabilities`` says so beforehand."""
 
 
 class UnknownBackend(PlatformError, LookupError):

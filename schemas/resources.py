@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 import uuid
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Annotated, Any, Final, NamedTuple
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
@@ -236,6 +238,47 @@ class BatchJobState(StrEnum):
     FINISHED = "finished"
     SUBMIT_FAILED = "submit_failed"
     DELETION_REQUESTED = "deletion_requested"
+
+
+class SchedulerState(StrEnum):
+    """A batch job as its scheduler reports it, whatever the scheduler (Slurm, PBS, LSF, ...).
+
+    Every scheduler adapter maps its native states through one table onto these. They are what
+    the scheduler says, not the batch-job aggregate's lifecycle (``BatchJobState``): the site
+    agent turns them into ``batch.queued`` / ``batch.running`` / ``batch.finished`` events
+    (``BATCH_STATE_FOR_SCHEDULER_STATE``), and a final one goes into ``batch.finished``'s
+    ``state``. A refused submission is not a state: ``submit`` raises, and the agent appends
+    ``batch.submit_failed``. Wall-time expiry is its own final state, not a failure: the pilot
+    ran out of time, which is how pilots normally end.
+    """
+
+    QUEUED = "queued"  # waiting, held, or requeued: not started (again) yet
+    RUNNING = "running"  # allocated: starting, running, suspended after start, or exiting
+    FINISHED = "finished"  # ended by itself with status 0
+    FAILED = "failed"  # ended with a non-zero status, or by a node/boot/scheduler failure
+    CANCELLED = "cancelled"  # deleted by its owner or an administrator
+    WALLTIME_EXPIRED = "walltime_expired"  # killed at its wall-time limit
+    UNKNOWN = "unknown"  # a native state the adapter's table does not know (logged)
+
+
+FINAL_SCHEDULER_STATES: Final[frozenset[SchedulerState]] = frozenset({
+    SchedulerState.FINISHED,
+    SchedulerState.FAILED,
+    SchedulerState.CANCELLED,
+    SchedulerState.WALLTIME_EXPIRED,
+})  # fmt: skip
+
+# What the site agent appends when the scheduler reports a state; None: nothing to append.
+_BatchStateTable = Mapping[SchedulerState, BatchJobState | None]
+BATCH_STATE_FOR_SCHEDULER_STATE: Final[_BatchStateTable] = MappingProxyType({
+    SchedulerState.QUEUED: BatchJobState.QUEUED,
+    SchedulerState.RUNNING: BatchJobState.RUNNING,
+    SchedulerState.FINISHED: BatchJobState.FINISHED,
+    SchedulerState.FAILED: BatchJobState.FINISHED,
+    SchedulerState.CANCELLED: BatchJobState.FINISHED,
+    SchedulerState.WALLTIME_EXPIRED: BatchJobState.FINISHED,
+    SchedulerState.UNKNOWN: None,
+})  # fmt: skip
 
 
 class BatchJob(Frozen):
