@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -14,43 +14,56 @@ from lodestream.platform_adapters.launchers.fake import FakeLauncher
 from lodestream.platform_adapters.launchers.flux import FluxLauncher
 from lodestream.platform_adapters.launchers.jsrun import JsrunLauncher
 from lodestream.platform_adapters.launchers.local import LocalLauncher
+from lodestream.platform_adapters.launchers.mpi import MpiLauncher
 from lodestream.platform_adapters.launchers.mpich import MpichLauncher
 from lodestream.platform_adapters.launchers.openmpi import OpenMpiLauncher
 from lodestream.platform_adapters.launchers.pals import PalsLauncher
 from lodestream.platform_adapters.launchers.srun import SrunLauncher
 
+_Factory = Callable[[Machine | None, Iterable[str]], AppLauncher]
 
-def _local(machine: Machine | None) -> AppLauncher:
+
+def _local(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
     return LocalLauncher(gpu_env=machine.gpu_env if machine else CUDA_VISIBLE_DEVICES)
 
 
-def _fake(machine: Machine | None) -> AppLauncher:
+def _fake(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
     return FakeLauncher()
 
 
-_BACKENDS: Final[Mapping[str, Callable[[Machine | None], AppLauncher]]] = MappingProxyType({
+def _mpi(cls: type[MpiLauncher]) -> _Factory:
+    def make(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+        return cls(machine, allow_options=allow_options)
+
+    return make
+
+
+_BACKENDS: Final[Mapping[str, _Factory]] = MappingProxyType({
     "local": _local,
     "fake": _fake,
-    "mpich": MpichLauncher,
-    "pals": PalsLauncher,
-    "openmpi": OpenMpiLauncher,
-    "srun": SrunLauncher,
-    "aprun": AprunLauncher,
-    "jsrun": JsrunLauncher,
-    "flux": FluxLauncher,
+    "mpich": _mpi(MpichLauncher),
+    "pals": _mpi(PalsLauncher),
+    "openmpi": _mpi(OpenMpiLauncher),
+    "srun": _mpi(SrunLauncher),
+    "aprun": _mpi(AprunLauncher),
+    "jsrun": _mpi(JsrunLauncher),
+    "flux": _mpi(FluxLauncher),
 })  # fmt: skip
 
 
-def get_launcher(name: str, *, machine: Machine | None = None) -> AppLauncher:
+def get_launcher(
+    name: str, *, machine: Machine | None = None, allow_options: Iterable[str] = ()
+) -> AppLauncher:
     """A new launcher of the backend registered as ``name``, for ``machine`` (its CPU
-    numbering, GPU visibility variable and binding; the local host when None)."""
+    numbering, GPU visibility variable and binding; the local host when None).
+    ``allow_options``: further option names a job's ``launch_params`` may use."""
     try:
         factory = _BACKENDS[name]
     except KeyError:
         raise UnknownBackend(
             f"no app launcher {name!r}; known: {', '.join(sorted(_BACKENDS))}"
         ) from None
-    return factory(machine)
+    return factory(machine, allow_options)
 
 
 def launcher_names() -> tuple[str, ...]:

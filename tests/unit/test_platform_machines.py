@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
+from lodestream.agents.site.settings import AppLauncherName, LauncherSettings
 from lodestream.platform_adapters.compute import (
     GpuKind,
     load_machine,
@@ -146,3 +148,11 @@ def test_a_file_must_name_the_machine_it_is_loaded_as() -> None:
         parse_machine(
             "name: other\nscheduler: pbs\nlauncher: pals", source="p.yaml", expect_name="polaris"
         )
+
+
+def test_site_settings_name_every_launcher_and_choose_a_machine() -> None:
+    assert set(get_args(AppLauncherName)) == set(launcher_names())
+    settings = LauncherSettings.model_validate({"machine": "polaris"})
+    assert settings.machine == "polaris"
+    assert settings.app_launcher is None  # the machine's own: pals
+    assert load_machine(settings.machine).launcher == "pals"
