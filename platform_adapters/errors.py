@@ -6,7 +6,7 @@ PlatformError
 │   ├── InvalidRequest         a job's resource request is malformed or already allocated
 │   ├── InsufficientResources  assign() on a node that cannot hold the job right now
 │   └── UnknownJob             release() of a job id that holds nothing here
-├── DiscoveryError             the host cannot be described as the nodes asked for
+├── DiscoveryError             the allocation or host cannot be described as the nodes asked for
 │   ├── InvalidHostlist        a hostlist or id range ("nid[001-003]", "1-3,7") is malformed
 │   ├── AllocationNotFound     the environment holds no allocation of that scheduler
 │   └── SchedulerQueryFailed   a scheduler command failed, or printed what cannot be read
@@ -51,7 +51,8 @@ class UnknownJob(ResourceError, KeyError):
 
 
 class DiscoveryError(PlatformError, ValueError):
-    """The local host's cores and GPUs cannot be split into the nodes asked for."""
+    """The pilot's nodes cannot be described: the local host cannot be split as asked, or the
+    batch allocation (or the scheduler's answer about it) cannot be read."""
 
 
 class InvalidHostlist(DiscoveryError):

@@ -182,6 +182,17 @@ def parse_flux_r(text: str) -> list[AllocatedHost]:
     return _unique(by_rank[rank] for rank in sorted(by_rank))
 
 
+def parse_flux_nodelist(text: str) -> list[str]:
+    """The hosts of ``flux resource list -n -o {nodelist}`` (one hostlist per line), in order.
+
+    Names only; ``flux_hosts`` reads R, which also has each node's core and gpu ids.
+    """
+    names: list[str] = []
+    for line in text.splitlines():
+        names.extend(expand_hostlist(line))
+    return list(dict.fromkeys(names))
+
+
 def flux_expiration(text: str) -> float | None:
     """The ``expiration`` of an R (seconds since the epoch), or None when it has none (0)."""
     expiration = _flux_execution(text).get("expiration", 0)

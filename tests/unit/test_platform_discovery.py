@@ -19,6 +19,7 @@ from lodestream.platform_adapters.compute.allocation import (
     AllocatedHost,
     flux_expiration,
     parse_cobalt_partname,
+    parse_flux_nodelist,
     parse_flux_r,
     parse_lsf_hosts,
     parse_lsf_mcpu_hosts,
@@ -213,6 +214,11 @@ def test_flux_r_gives_names_cores_and_gpus_per_rank() -> None:
     assert hosts[2].cpu_ids == tuple(range(32))
     assert hosts[2].gpu_ids == ()
     assert flux_expiration(FLUX_R) == 1710241200.0
+
+
+def test_flux_resource_list_nodelist() -> None:
+    # `flux resource list -n -o {nodelist}`: one line per state that has nodes
+    assert parse_flux_nodelist("tioga[18-19]\ntioga21\n\n") == ["tioga18", "tioga19", "tioga21"]
 
 
 def test_flux_nodes_run_flux_resource_r() -> None:
