@@ -81,9 +81,7 @@ def slurm_nodes(
     machine: Machine | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> list[NodeSpec]:
-    hosts = slurm_hosts(_env(environ))
-    return node_specs(hosts, machine or _generic("slurm"), cores_per_node=cores_per_node,
-                      gpus_per_node=gpus_per_node)  # fmt: skip
+    return _nodes("slurm", machine, cores_per_node, gpus_per_node, environ=environ)
 
 
 def pbs_nodes(
@@ -93,9 +91,7 @@ def pbs_nodes(
     machine: Machine | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> list[NodeSpec]:
-    hosts = pbs_hosts(_env(environ))
-    return node_specs(hosts, machine or _generic("pbs"), cores_per_node=cores_per_node,
-                      gpus_per_node=gpus_per_node)  # fmt: skip
+    return _nodes("pbs", machine, cores_per_node, gpus_per_node, environ=environ)
 
 
 def lsf_nodes(
@@ -105,9 +101,7 @@ def lsf_nodes(
     machine: Machine | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> list[NodeSpec]:
-    machine = machine or _generic("lsf")
-    hosts = lsf_hosts(_env(environ), skip_launch_host=machine.skip_launch_host)
-    return node_specs(hosts, machine, cores_per_node=cores_per_node, gpus_per_node=gpus_per_node)
+    return _nodes("lsf", machine, cores_per_node, gpus_per_node, environ=environ)
 
 
 def cobalt_nodes(
@@ -117,9 +111,7 @@ def cobalt_nodes(
     machine: Machine | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> list[NodeSpec]:
-    machine = machine or _generic("cobalt")
-    hosts = cobalt_hosts(_env(environ), node_name_format=machine.node_name_format)
-    return node_specs(hosts, machine, cores_per_node=cores_per_node, gpus_per_node=gpus_per_node)
+    return _nodes("cobalt", machine, cores_per_node, gpus_per_node, environ=environ)
 
 
 def flux_nodes(
@@ -129,9 +121,7 @@ def flux_nodes(
     machine: Machine | None = None,
     run: CommandRunner = run_command,
 ) -> list[NodeSpec]:
-    hosts = flux_hosts(run)
-    return node_specs(hosts, machine or _generic("flux"), cores_per_node=cores_per_node,
-                      gpus_per_node=gpus_per_node)  # fmt: skip
+    return _nodes("flux", machine, cores_per_node, gpus_per_node, run=run)
 
 
 def discover_nodes(
@@ -144,23 +134,43 @@ def discover_nodes(
     run: CommandRunner = run_command,
 ) -> list[NodeSpec]:
     """The pilot's nodes on ``machine``; ``virtual_nodes`` applies to the local machine only."""
-    if virtual_nodes != 1 and machine.scheduler != "local":
+    if machine.scheduler == "local":
+        return local_nodes(virtual_nodes, cores_per_node, gpus_per_node, environ=environ)
+    if virtual_nodes != 1:
         raise DiscoveryError(
             f"virtual_nodes={virtual_nodes} splits this host, but machine {machine.name} takes "
             f"its nodes from the {machine.scheduler} allocation"
         )
-    if machine.scheduler == "local":
-        return local_nodes(virtual_nodes, cores_per_node, gpus_per_node, environ=environ)
-    if machine.scheduler == "flux":
+    return _nodes(
+        machine.scheduler, machine, cores_per_node, gpus_per_node, environ=environ, run=run
+    )
+
+
+def _nodes(
+    scheduler: Scheduler,
+    machine: Machine | None,
+    cores_per_node: int | None,
+    gpus_per_node: int | None,
+    *,
+    environ: Mapping[str, str] | None = None,
+    run: CommandRunner = run_command,
+) -> list[NodeSpec]:
+    """The allocation of ``scheduler`` described with ``machine`` (a generic one if None)."""
+    machine = machine or _generic(scheduler)
+    env = environ if environ is not None else os.environ
+    hosts: list[AllocatedHost]
+    if scheduler == "slurm":
+        hosts = slurm_hosts(env)
+    elif scheduler == "pbs":
+        hosts = pbs_hosts(env)
+    elif scheduler == "lsf":
+        hosts = lsf_hosts(env, skip_launch_host=machine.skip_launch_host)
+    elif scheduler == "cobalt":
+        hosts = cobalt_hosts(env, node_name_format=machine.node_name_format)
+    elif scheduler == "flux":
         hosts = flux_hosts(run)
-    elif machine.scheduler == "slurm":
-        hosts = slurm_hosts(_env(environ))
-    elif machine.scheduler == "pbs":
-        hosts = pbs_hosts(_env(environ))
-    elif machine.scheduler == "lsf":
-        hosts = lsf_hosts(_env(environ), skip_launch_host=machine.skip_launch_host)
     else:
-        hosts = cobalt_hosts(_env(environ), node_name_format=machine.node_name_format)
+        raise DiscoveryError(f"no allocation to read for scheduler {scheduler!r}")
     return node_specs(hosts, machine, cores_per_node=cores_per_node, gpus_per_node=gpus_per_node)
 
 
@@ -203,7 +213,3 @@ def _generic(scheduler: Scheduler) -> Machine:
     if name in machine_names():
         return load_machine(name)
     return Machine(name=name, scheduler=scheduler, launcher=_GENERIC_LAUNCHER[scheduler])
-
-
-def _env(environ: Mapping[str, str] | None) -> Mapping[str, str]:
-    return environ if environ is not None else os.environ
