@@ -6,9 +6,15 @@ PlatformError
 │   ├── InvalidRequest         a job's resource request is malformed or already allocated
 │   ├── InsufficientResources  assign() on a node that cannot hold the job right now
 │   └── UnknownJob             release() of a job id that holds nothing here
-├── DiscoveryError             the host cannot be described as the nodes asked for
+├── DiscoveryError             the allocation or host cannot be described as the nodes asked for
+│   ├── InvalidHostlist        a hostlist or id range ("nid[001-003]", "1-3,7") is malformed
+│   ├── AllocationNotFound     the environment holds no allocation of that scheduler
+│   └── SchedulerQueryFailed   a scheduler command failed, or printed what cannot be read
+├── InvalidMachine             a machine description is missing, or not a valid description
 ├── LaunchError
 │   ├── StartFailed            the task's process could not be started; nothing is running
+│   │   └── InvalidLaunchParams  a job's launch_params are not options this backend passes on
+│   ├── LauncherUnavailable    the launcher's executable (mpiexec, srun, ...) is not on PATH
 │   └── WaitTimedOut           wait(timeout) returned before the task ended; it still runs
 ├── SchedulerError
 │   ├── SchedulerUnavailable   the scheduler's command is missing or cannot be executed here
@@ -55,7 +61,25 @@ class UnknownJob(ResourceError, KeyError):
 
 
 class DiscoveryError(PlatformError, ValueError):
-    """The local host's cores and GPUs cannot be split into the nodes asked for."""
+    """The pilot's nodes cannot be described: the local host cannot be split as asked, or the
+    batch allocation (or the scheduler's answer about it) cannot be read."""
+
+
+class InvalidHostlist(DiscoveryError):
+    """A hostlist (``nid[001-003,007]``) or id range (``1-3,7``) cannot be expanded."""
+
+
+class AllocationNotFound(DiscoveryError):
+    """The variables a scheduler sets inside a batch job are missing: not in such a job."""
+
+
+class SchedulerQueryFailed(DiscoveryError):
+    """A scheduler command (squeue, qstat, bjobs, flux) failed, or its output is unreadable."""
+
+
+class InvalidMachine(PlatformError, ValueError):
+    """A machine description file is missing, not YAML, or fails validation; the message says
+    which file and which field."""
 
 
 class LaunchError(PlatformError):
@@ -64,6 +88,17 @@ class LaunchError(PlatformError):
 
 class StartFailed(LaunchError):
     """The task's process was not started (workdir, output files, exec); nothing needs cleaning."""
+
+
+class InvalidLaunchParams(StartFailed, ValueError):
+    """A job's ``launch_params`` name an option the backend does not pass on, or are malformed.
+
+    Raised when the task is started (``render_command`` raises it too); the job fails with it.
+    """
+
+
+class LauncherUnavailable(LaunchError):
+    """The launcher's executable is not on PATH; ``check_available`` raises it at pilot start."""
 
 
 class WaitTimedOut(LaunchError, TimeoutError):

@@ -17,7 +17,10 @@ from lodestream.agents.site.apps import load_apps
 from lodestream.agents.site.connect import connect_site_patiently, disconnect
 from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
-from lodestream.platform_adapters.compute.local import local_nodes
+from lodestream.platform_adapters.compute.discovery import discover_nodes
+from lodestream.platform_adapters.compute.machine import Machine, load_machine
+from lodestream.platform_adapters.compute.walltime import seconds_left
+from lodestream.platform_adapters.errors import DiscoveryError
 from lodestream.platform_adapters.launchers.registry import get_launcher
 
 log = logging.getLogger(__name__)
@@ -29,8 +32,16 @@ async def run(
     settings = load_site_settings(site_dir)  # errors here are the user's to fix: let them show
     apps = load_apps(settings.apps_dir)
     cfg = settings.launcher
-    nodes = local_nodes(cfg.virtual_nodes, cfg.cores_per_node, cfg.gpus_per_node)
-    deadline = time.monotonic() + wall_time_min * 60  # the batch job's clock starts now
+    machine = load_machine(cfg.machine, base=site_dir)
+    nodes = discover_nodes(
+        machine, virtual_nodes=cfg.virtual_nodes,
+        cores_per_node=cfg.cores_per_node, gpus_per_node=cfg.gpus_per_node,
+    )  # fmt: skip
+    app_launcher = get_launcher(cfg.app_launcher or machine.launcher, machine=machine,
+                                allow_options=cfg.allow_launch_options)  # fmt: skip
+    app_launcher.check_available()  # a missing mpiexec is one error now, not one per job
+    wall_s = await asyncio.to_thread(_wall_time_s, machine, wall_time_min)
+    deadline = time.monotonic() + wall_s  # the batch job's clock starts now
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -57,7 +68,7 @@ async def run(
         )
         launcher = Launcher(
             js, site=settings.site, session=session, apps=apps,
-            app_launcher=get_launcher(cfg.app_launcher), nodes=nodes,
+            app_launcher=app_launcher, nodes=nodes,
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=os.environ, nc=nc,
         )  # fmt: skip
@@ -69,6 +80,18 @@ async def run(
     finally:
         link.closing = True
         await disconnect(nc)
+
+
+def _wall_time_s(machine: Machine, wall_time_min: float) -> float:
+    """The pilot's wall time: what it was given, or less if the scheduler says so."""
+    given = wall_time_min * 60
+    try:
+        left = seconds_left(machine.scheduler)
+    except DiscoveryError as exc:
+        log.warning("launcher: no time left from the %s scheduler (%s); using the %g min given",
+                    machine.scheduler, exc, wall_time_min)  # fmt: skip
+        return given
+    return given if left is None else min(given, left)
 
 
 @dataclass(slots=True)

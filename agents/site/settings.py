@@ -9,6 +9,7 @@
     launcher:
       heartbeat_ttl_s: 10
       idle_ttl_s: 60
+      machine: local             # or polaris, frontier, ...; or the path of a description
       virtual_nodes: 1
     processing:
       retry_budget: 3            # retries after the first attempt; an app may set its own
@@ -50,13 +51,25 @@ class SiteNats(_Strict):
     seed_file: Path = Path("site.nk")
 
 
+AppLauncherName = Literal[
+    "local", "fake", "mpich", "pals", "openmpi", "srun", "aprun", "jsrun", "flux"
+]
+
+
 class LauncherSettings(_Strict):
     heartbeat_ttl_s: int = Field(10, ge=2, le=600)
     idle_ttl_s: float = Field(60.0, ge=0)
     virtual_nodes: int = Field(1, ge=1, le=1024)
     cores_per_node: int | None = Field(None, ge=1)
     gpus_per_node: int | None = Field(None, ge=0)
-    app_launcher: Literal["local", "fake"] = "local"
+    # A machine shipped with lodestream (platform_adapters/compute/machines/) or the path of a
+    # description file, relative to the site directory: the nodes' shape and the scheduler
+    # whose allocation the pilot runs in.
+    machine: str = Field("local", min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f]+$")
+    # None: the machine's own launcher.
+    app_launcher: AppLauncherName | None = None
+    # Further options (names without dashes) a job's launch_params may pass to the launcher.
+    allow_launch_options: tuple[str, ...] = ()
     max_fetch: int = Field(256, ge=1, le=10_000)
 
 

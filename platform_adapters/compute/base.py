@@ -5,7 +5,7 @@ A ``NodeSpec`` describes a node as discovered (hostname, usable cpu ids, gpu ids
 with ``node_packing_count = k`` takes ``1/k`` of a node, so at most ``k`` such jobs share it,
 whatever cpus and gpus they also take.
 
-Discovery backends (local now; Slurm, PBS, ... later) are functions that satisfy
+Discovery backends (local, and one per scheduler in ``discovery``) are functions that satisfy
 ``NodeDiscovery`` and return one ``NodeSpec`` per node of the allocation.
 """
 

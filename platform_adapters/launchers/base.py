@@ -1,8 +1,9 @@
 """The app-launcher interface: start a job's script on its allocation and manage the process.
 
-A backend (local now; mpiexec, srun, aprun, jsrun later) is an ``AppLauncher`` with a pure
-``render_command`` (the argv it will run) and a ``start`` that makes the one subprocess call.
-``start`` returns a ``RunningTask`` that the launcher's loop polls.
+A backend (local, the MPI launchers: mpiexec of MPICH, PALS and Open MPI, srun, aprun, jsrun,
+flux run) is an ``AppLauncher`` with a pure ``render_command`` (the argv it will run) and a
+``start`` that makes the one subprocess call. ``start`` returns a ``RunningTask`` that the
+launcher's loop polls.
 
 Contract shared by every backend, and checked by one shared test suite:
 
@@ -32,6 +33,7 @@ from types import MappingProxyType
 from lodestream.platform_adapters.packing import Allocation
 
 DEFAULT_GRACE_S = 10.0
+CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 DEFAULT_TAIL_BYTES = 4096
 
 
@@ -78,21 +80,29 @@ class TaskSpec:
         return tuple(dict.fromkeys(g for p in self.allocation.placements for g in p.gpu_ids))
 
 
-def render_env(spec: TaskSpec) -> dict[str, str]:
-    """The task's whole environment: ``spec.env`` plus what every backend sets.
+def render_env(spec: TaskSpec, gpu_env: str = CUDA_VISIBLE_DEVICES) -> dict[str, str]:
+    """The task's whole environment: ``spec.env`` plus ``launch_env(spec, gpu_env)``."""
+    return {**spec.env, **launch_env(spec, gpu_env)}
+
+
+def launch_env(spec: TaskSpec, gpu_env: str = CUDA_VISIBLE_DEVICES) -> dict[str, str]:
+    """What every backend sets on top of ``spec.env``.
 
     ``OMP_NUM_THREADS``, ``LODE_JOB_ID``, ``LODE_NODE_HOSTNAMES`` (comma-separated), and, when
-    the allocation has gpus, ``CUDA_VISIBLE_DEVICES`` with ``CUDA_DEVICE_ORDER=PCI_BUS_ID`` so
-    that the ids mean what ``nvidia-smi`` shows.
+    the allocation has gpus, the machine's visibility variable ``gpu_env`` with their ids
+    (``CUDA_VISIBLE_DEVICES``, ``ROCR_VISIBLE_DEVICES`` or ``ZE_AFFINITY_MASK``); for CUDA also
+    ``CUDA_DEVICE_ORDER=PCI_BUS_ID``, so that the ids mean what ``nvidia-smi`` shows.
     """
-    env = dict(spec.env)
-    env["OMP_NUM_THREADS"] = str(spec.threads_per_rank)
-    env["LODE_JOB_ID"] = spec.job_id
-    env["LODE_NODE_HOSTNAMES"] = ",".join(spec.hostnames)
+    env = {
+        "OMP_NUM_THREADS": str(spec.threads_per_rank),
+        "LODE_JOB_ID": spec.job_id,
+        "LODE_NODE_HOSTNAMES": ",".join(spec.hostnames),
+    }
     gpu_ids = spec.gpu_ids
     if gpu_ids:
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(gpu_ids)
-        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        env[gpu_env] = ",".join(gpu_ids)
+        if gpu_env == CUDA_VISIBLE_DEVICES:
+            env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
 
 
@@ -176,3 +186,11 @@ class AppLauncher(ABC):
     @abstractmethod
     def start(self, spec: TaskSpec) -> RunningTask:
         """Start the task and return at once; ``StartFailed`` if no process could be started."""
+
+    def check_available(self) -> None:
+        """Raise ``LauncherUnavailable`` if this backend cannot start tasks on this host.
+
+        The pilot calls it once at start, so that a missing ``mpiexec`` is one clear error
+        instead of every job failing. Backends that need nothing from the host do nothing.
+        """
+        return

@@ -1,31 +1,69 @@
-"""App launcher backends by name, as a site's settings name them."""
+"""App launcher backends by name, as a site's settings (or its machine) name them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from types import MappingProxyType
 from typing import Final
 
+from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.errors import UnknownBackend
-from lodestream.platform_adapters.launchers.base import AppLauncher
+from lodestream.platform_adapters.launchers.aprun import AprunLauncher
+from lodestream.platform_adapters.launchers.base import CUDA_VISIBLE_DEVICES, AppLauncher
 from lodestream.platform_adapters.launchers.fake import FakeLauncher
+from lodestream.platform_adapters.launchers.flux import FluxLauncher
+from lodestream.platform_adapters.launchers.jsrun import JsrunLauncher
 from lodestream.platform_adapters.launchers.local import LocalLauncher
+from lodestream.platform_adapters.launchers.mpi import MpiLauncher
+from lodestream.platform_adapters.launchers.mpich import MpichLauncher
+from lodestream.platform_adapters.launchers.openmpi import OpenMpiLauncher
+from lodestream.platform_adapters.launchers.pals import PalsLauncher
+from lodestream.platform_adapters.launchers.srun import SrunLauncher
 
-_BACKENDS: Final[Mapping[str, Callable[[], AppLauncher]]] = MappingProxyType({
-    "local": LocalLauncher,
-    "fake": FakeLauncher,
+_Factory = Callable[[Machine | None, Iterable[str]], AppLauncher]
+
+
+def _local(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+    return LocalLauncher(gpu_env=machine.gpu_env if machine else CUDA_VISIBLE_DEVICES)
+
+
+def _fake(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+    return FakeLauncher()
+
+
+def _mpi(cls: type[MpiLauncher]) -> _Factory:
+    def make(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+        return cls(machine, allow_options=allow_options)
+
+    return make
+
+
+_BACKENDS: Final[Mapping[str, _Factory]] = MappingProxyType({
+    "local": _local,
+    "fake": _fake,
+    "mpich": _mpi(MpichLauncher),
+    "pals": _mpi(PalsLauncher),
+    "openmpi": _mpi(OpenMpiLauncher),
+    "srun": _mpi(SrunLauncher),
+    "aprun": _mpi(AprunLauncher),
+    "jsrun": _mpi(JsrunLauncher),
+    "flux": _mpi(FluxLauncher),
 })  # fmt: skip
 
 
-def get_launcher(name: str) -> AppLauncher:
-    """A new launcher of the backend registered as ``name``, with its defaults."""
+def get_launcher(
+    name: str, *, machine: Machine | None = None, allow_options: Iterable[str] = ()
+) -> AppLauncher:
+    """A new launcher of the backend registered as ``name``, for ``machine`` (its CPU
+    numbering, GPU visibility variable and binding; the local host when None).
+    ``allow_options``: further option names a job's ``launch_params`` may use."""
     try:
         factory = _BACKENDS[name]
     except KeyError:
         raise UnknownBackend(
             f"no app launcher {name!r}; known: {', '.join(sorted(_BACKENDS))}"
         ) from None
-    return factory()
+    return factory(machine, allow_options)
 
 
 def launcher_names() -> tuple[str, ...]:

@@ -1,8 +1,12 @@
-"""One test suite for every app launcher backend: the local one (real processes) and the fake.
+"""One test suite for every app launcher backend: the local one (real processes), the fake, and
+the MPI launchers' shared process handling.
 
 Each test describes what the task should do as a ``Behaviour``; a per-backend harness turns it
 into a bash script (local) or a ``FakeOutcome`` (fake), and knows how to observe what the task
-saw (its environment, its cwd) and which of its processes are still alive.
+saw (its environment, its cwd) and which of its processes are still alive. The MPI launchers
+run through a stand-in ``mpiexec`` that skips its options and execs the rank's program, so
+their start, environment and process-group handling pass the same suite without an MPI; a real
+``mpiexec`` is used by ``test_platform_mpi.py`` when one is installed.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from lodestream.platform_adapters.launchers import (
     FakeOutcome,
     FakeTask,
     LocalLauncher,
+    MpichLauncher,
     RunningTask,
     TaskSpec,
     get_launcher,
@@ -126,6 +131,24 @@ class LocalHarness:
         return [pid for pid in pids if _alive(pid)]
 
 
+# A stand-in launcher: drop the options up to the rank's bash and run that, as one rank would.
+SHIM = """#!/bin/sh
+while [ "$#" -gt 0 ]; do
+  case "$1" in */bash) break ;; esac
+  shift
+done
+exec "$@"
+"""
+
+
+class MpiShimHarness(LocalHarness):
+    """The MPICH launcher with the stand-in ``mpiexec``: the script is the local harness's."""
+
+    def __init__(self, shim: Path) -> None:
+        super().__init__()
+        self.launcher = MpichLauncher(executable=str(shim), cpu_bind="none")
+
+
 class FakeHarness:
     """Behaviours become outcomes; the fake reports what it would have given the task."""
 
@@ -183,9 +206,20 @@ def _eventually_none_alive(harness: Harness, task: RunningTask) -> list[int]:
     return alive
 
 
-@pytest.fixture(params=["local", "fake"])
-def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
-    chosen: Harness = LocalHarness() if request.param == "local" else FakeHarness()
+@pytest.fixture(params=["local", "fake", "mpich-shim"])
+def harness(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Harness]:
+    chosen: Harness
+    if request.param == "local":
+        chosen = LocalHarness()
+    elif request.param == "fake":
+        chosen = FakeHarness()
+    else:
+        shim = tmp_path_factory.mktemp("shim") / "mpiexec"
+        shim.write_text(SHIM)
+        shim.chmod(0o755)
+        chosen = MpiShimHarness(shim)
     yield chosen
     for task in chosen.tasks:  # no process outlives its test
         if task.poll() is None:
@@ -353,11 +387,14 @@ def test_render_command_is_a_pure_argv(harness: Harness, tmp_path: Path) -> None
 
 
 def test_registry_names_the_backends() -> None:
-    assert launcher_names() == ("fake", "local")
+    assert launcher_names() == (
+        "aprun", "fake", "flux", "jsrun", "local", "mpich", "openmpi", "pals", "srun",
+    )  # fmt: skip
     assert isinstance(get_launcher("local"), LocalLauncher)
     assert isinstance(get_launcher("fake"), FakeLauncher)
-    with pytest.raises(UnknownBackend, match="known: fake, local"):
-        get_launcher("aprun")
+    assert isinstance(get_launcher("mpich"), MpichLauncher)
+    with pytest.raises(UnknownBackend, match="known: aprun, fake, flux"):
+        get_launcher("mpirun")
 
 
 def test_local_task_runs_without_path_in_its_env(tmp_path: Path) -> None:

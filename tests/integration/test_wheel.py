@@ -82,6 +82,7 @@ def test_the_wheel_holds_one_top_level_name(installed: tuple[Path, Path, dict[st
     assert "lodestream/infra/postgres/alembic.ini" in names
     assert "lodestream/infra/postgres/roles.sql" in names
     assert "lodestream/agents/site/apps/examples/eigh.py" in names
+    assert "lodestream/platform_adapters/compute/machines/polaris.yaml" in names
     assert scripts.split() == ["[console_scripts]", "lode", "=", "lodestream.client.cli.main:app"]
 
 
@@ -111,9 +112,16 @@ def test_lode_and_the_sdk_run_from_the_installed_wheel(
     module, path = where.split()
     assert module == "lodestream.client.sdk"
     assert Path(path).is_relative_to(venv)
+    # Package data is read through importlib.resources, from the wheel too.
+    machine = run(
+        [venv / "bin" / "python", "-I", "-c",
+         "from lodestream.platform_adapters.compute import load_machine as m; "
+         "print(m('polaris').launcher)"],
+        tmp_path, env,
+    )  # fmt: skip
+    assert machine.strip() == "pals"
     # None of the repository's directory names is claimed as a top-level import.
     probe = "import importlib.util as u, sys; print([n for n in sys.argv[1:] if u.find_spec(n)])"
-    claimed = run(
-        [venv / "bin" / "python", "-I", "-c", probe, *REPOSITORY_DIRECTORIES], tmp_path, env
-    )
+    python = venv / "bin" / "python"
+    claimed = run([python, "-I", "-c", probe, *REPOSITORY_DIRECTORIES], tmp_path, env)
     assert claimed.strip() == "[]"

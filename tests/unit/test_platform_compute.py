@@ -106,10 +106,10 @@ def test_bad_arguments_are_refused(kwargs: dict[str, int]) -> None:
 
 
 def test_registry() -> None:
-    assert node_discovery_names() == ("local",)
+    assert "local" in node_discovery_names()
     discover = get_node_discovery("local")
     specs = discover(cores_per_node=3)
     assert len(specs) == 1
     assert specs[0].cpu_ids == (0, 1, 2)
-    with pytest.raises(UnknownBackend, match="known: local"):
-        get_node_discovery("cobalt")
+    with pytest.raises(UnknownBackend, match=r"known: .*local"):
+        get_node_discovery("sge")

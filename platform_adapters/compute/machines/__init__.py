@@ -1,0 +1,1 @@
+"""Machine descriptions shipped with lodestream, one YAML file per machine (see ``machine.py``)."""
