@@ -23,7 +23,7 @@ from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import pull_consumer
-from lodestream.schemas.trust import Untrusted
+from lodestream.schemas.errors import Untrusted
 
 log = logging.getLogger(__name__)
 

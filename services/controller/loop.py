@@ -28,6 +28,7 @@ from lodestream.eventlog import Appended, EventLog, EventLogError, Rejected
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from lodestream.eventlog.pull import pull_consumer
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import IllegalTransition, Untrusted
 from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
@@ -36,13 +37,12 @@ from lodestream.schemas.events import (
     SiteRegistered,
     SiteRemoved,
 )
-from lodestream.schemas.fold import IllegalTransition, check_creation
+from lodestream.schemas.fold import check_creation
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
 from lodestream.schemas.trust import (
     WRITERS,
     HeartbeatExpired,
-    Untrusted,
     event_from_message,
     heartbeat_message,
 )
