@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.api import queries
-from lodestream.services.api.errors import InvalidInput, WaitTimedOut
+from lodestream.services.api.errors import InvalidInput, NotYetProjected
 
 POLL_S: Final = 0.01
 
@@ -25,7 +25,7 @@ def wait_budget(requested: float | None, maximum: float) -> float:
 async def until_projected(
     engine: AsyncEngine, seq: int, timeout_s: float, accepted: Any, stream: str = EVENTS_STREAM
 ) -> None:
-    """Return once ``stream`` is applied up to ``seq``; raise WaitTimedOut carrying ``accepted``."""
+    """Return once ``stream`` is applied up to ``seq``; else NotYetProjected with ``accepted``."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     while True:
@@ -35,7 +35,7 @@ async def until_projected(
         if position >= seq:
             return
         if loop.time() >= deadline:
-            raise WaitTimedOut(
+            raise NotYetProjected(
                 f"appended up to sequence {seq}, but the projector has only applied {position} "
                 f"after {timeout_s:g} s; the result is accepted and will appear in reads shortly",
                 accepted,
