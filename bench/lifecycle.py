@@ -35,9 +35,9 @@ import psycopg
 
 from bench.probe import CpuMeter
 from bench.stack import free_ports
-from lodestream.client.sites import init_site_dir
-from lodestream.embedded import EmbeddedStack, StackInfo
-from lodestream.embedded.process import ServiceProcess
+from lodestream.agents.site.directory import init_site_dir
+from lodestream.services.embedded import EmbeddedStack, StackInfo
+from lodestream.services.embedded.process import ServiceProcess
 
 SITE = "lifebench"
 APPS = """

@@ -16,13 +16,15 @@ from psycopg import AsyncConnection
 
 from bench.stack import BenchError
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector.errors import ProjectorBehind
+from lodestream.services.projector.position import applied_seq, wait_until_applied
 
 SAMPLE_INTERVAL_S = 0.05
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class Positions:
-    """The projector's committed position (``rm.projector_position``) and the stream's last seq."""
+    """The projector's committed position and the stream's last seq."""
 
     def __init__(self, js: JetStreamContext, conn: AsyncConnection[Any]) -> None:
         self.js = js
@@ -36,11 +38,7 @@ class Positions:
         await self.conn.close()
 
     async def projector(self) -> int:
-        cursor = await self.conn.execute(
-            "SELECT seq FROM rm.projector_position WHERE stream = %s", (EVENTS_STREAM,)
-        )
-        row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        return await applied_seq(self.conn, EVENTS_STREAM)
 
     async def stream_last(self) -> int:
         info = await self.js.stream_info(EVENTS_STREAM)
@@ -49,15 +47,13 @@ class Positions:
     async def wait_for(self, seq: int, timeout_s: float, what: str) -> float:
         """Seconds until the projector reaches ``seq``; BenchError after ``timeout_s``."""
         started = time.perf_counter()
-        while True:
-            position = await self.projector()
-            if position >= seq:
-                return time.perf_counter() - started
-            if time.perf_counter() - started > timeout_s:
-                raise BenchError(
-                    f"{what}: projector at {position}, not {seq}, after {timeout_s:.0f}s"
-                )
-            await asyncio.sleep(SAMPLE_INTERVAL_S)
+        try:
+            await wait_until_applied(
+                self.projector, seq, timeout_s=timeout_s, poll_s=SAMPLE_INTERVAL_S
+            )
+        except ProjectorBehind as exc:
+            raise BenchError(f"{what}: {exc}") from exc
+        return time.perf_counter() - started
 
     async def caught_up(self, timeout_s: float, what: str) -> float:
         return await self.wait_for(await self.stream_last(), timeout_s, what)

@@ -19,8 +19,8 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from lodestream.embedded import EmbeddedStack, StackInfo, StackPorts
-from lodestream.embedded.process import ServiceProcess
+from lodestream.services.embedded import EmbeddedStack, StackInfo, StackPorts
+from lodestream.services.embedded.process import ServiceProcess
 
 log = logging.getLogger(__name__)
 

@@ -13,6 +13,7 @@ import orjson
 from pydantic import Field, TypeAdapter, ValidationError
 
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import DecodeError, UpcastError
 from lodestream.schemas.events import (
     APP_EVENTS,
     BATCH_EVENTS,
@@ -21,7 +22,7 @@ from lodestream.schemas.events import (
     SITE_EVENTS,
     XFER_EVENTS,
 )
-from lodestream.schemas.upcast import UpcastError, upcast
+from lodestream.schemas.upcast import upcast
 
 ALL_EVENTS: Final[tuple[type[Event], ...]] = (
     JOB_EVENTS + BATCH_EVENTS + SESSION_EVENTS + XFER_EVENTS + APP_EVENTS + SITE_EVENTS
@@ -30,10 +31,6 @@ EVENT_CLASSES: Final[dict[str, type[Event]]] = {cls.event_type: cls for cls in A
 CURRENT_VERSION: Final[dict[str, int]] = {
     name: int(cls.model_fields["v"].default) for name, cls in EVENT_CLASSES.items()
 }
-
-
-class DecodeError(ValueError):
-    """Bytes that are not a valid event of a known type and version."""
 
 
 def _build_adapter() -> TypeAdapter[Any]:

@@ -14,12 +14,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events.job import JobCreated, JobStarted, LeaseData, StartedData
 from lodestream.schemas.states import RUN_CARRIERS, SKIPPABLE, TRANSITIONS, JobState, Transition
-
-
-class IllegalTransition(ValueError):
-    """An event that the state machine does not allow from the job's current state."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from typing import Annotated, Final
 
 from pydantic import StringConstraints
 
+from lodestream.schemas.errors import SubjectError
+
 SITE_SLUG_PATTERN: Final = r"^[a-z0-9](?:[a-z0-9-]{0,38}[a-z0-9])?$"
 SiteSlug = Annotated[str, StringConstraints(pattern=SITE_SLUG_PATTERN)]
 
@@ -25,10 +27,6 @@ EVENTS_SUBJECTS: Final = "evt.>"
 HB_SUBJECTS: Final = "hb.>"
 
 _SLUG_RE = re.compile(SITE_SLUG_PATTERN)
-
-
-class SubjectError(ValueError):
-    """A subject or subject token that does not follow the grammar."""
 
 
 def check_site(site: str) -> str:

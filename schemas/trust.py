@@ -37,8 +37,9 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from lodestream.schemas.codec import EVENT_CLASSES, DecodeError, decode
+from lodestream.schemas.codec import EVENT_CLASSES, decode
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import DecodeError, Untrusted
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.events.site import SiteRegistered
 from lodestream.schemas.resources import App, JobSpec
@@ -78,10 +79,6 @@ ACTOR_KINDS: Final[dict[Writer, frozenset[str]]] = {
 
 MARKER_HEADER: Final = "Nats-Marker-Reason"
 SOURCE_HEADER: Final = "Nats-Stream-Source"
-
-
-class Untrusted(ValueError):
-    """A message that the rule refuses; the message says why. Quarantine or skip it."""
 
 
 def site_writable_types() -> tuple[str, ...]:

@@ -10,14 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from lodestream.schemas.errors import UpcastError
+
 Document = dict[str, Any]
 Upcaster = Callable[[Document], Document]
 
 _UPCASTERS: dict[tuple[str, int], Upcaster] = {}
-
-
-class UpcastError(ValueError):
-    """No path from the document's version to the current one."""
 
 
 def upcaster(event_type: str, from_version: int) -> Callable[[Upcaster], Upcaster]:

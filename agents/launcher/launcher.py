@@ -53,7 +53,7 @@ from lodestream.agents.launcher.work import JobKey, NotWork, WorkItem, settle, w
 from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
 from lodestream.agents.site.retry import retry_until, stopped_within
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import pull_consumer
+from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError
 from lodestream.platform_adapters.launchers.base import AppLauncher
@@ -183,6 +183,7 @@ class Launcher:
 
     async def _lease_loop(self, stop: asyncio.Event) -> str:
         sub = await pull_consumer(self._js, "EVENTS", f"launch-{self._site}")
+        pulling = PullLoop(sub, name="launcher", batch=self._fetch_size, timeout_s=0.25)
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
@@ -204,26 +205,15 @@ class Launcher:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._freed.wait(), 0.5)
                     continue
-                await self._fetch_and_offer(sub)
+                await self._fetch_and_offer(pulling)
             return "stopped"
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
 
-    async def _fetch_and_offer(self, sub: Any) -> None:
-        try:
-            msgs = await sub.fetch(self._fetch_size(), timeout=0.25)
-        except TimeoutError:  # nats-py raises its subclass or asyncio.TimeoutError
-            return
-        except nats.errors.Error as exc:  # reconnecting, closed, no responders, API errors
-            log.warning("launcher: fetch failed (%s); retrying", exc or type(exc).__name__)
-            await asyncio.sleep(0.5)
-            return
-        for msg in msgs:
-            try:
-                await self._offer(msg)
-            except Exception:  # no message stops the pilot; unsettled, it is redelivered
-                log.exception("launcher: delivery on %s not handled", msg.subject)
+    async def _fetch_and_offer(self, pulling: PullLoop) -> None:
+        # No message stops the pilot: one whose offer fails is logged and, unsettled, redelivered.
+        await pulling.once(each_message(self._offer, "launcher"))
 
     def _fetch_size(self) -> int:
         # Every job offered holds its allocation from the lease on, not only once it runs:

@@ -24,9 +24,10 @@ import nats.errors
 
 from lodestream.eventlog.consumers import LAUNCH_EVENTS
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events.job import LeaseData, RetryData, StepData
 from lodestream.schemas.resources import JobSpec
-from lodestream.schemas.trust import Untrusted, check_own_site, event_from_message
+from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 RUNNABLE_TYPES: Final = frozenset(f"job.{name}" for name in LAUNCH_EVENTS)

@@ -15,6 +15,7 @@ import logging
 from typing import Any
 
 import nats.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.agents.site.apps import ApplicationDefinition
@@ -23,8 +24,8 @@ from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
-from lodestream.eventlog.pull import pull_consumer
-from lodestream.schemas.trust import Untrusted
+from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.schemas.errors import Untrusted
 
 log = logging.getLogger(__name__)
 
@@ -55,23 +56,18 @@ class SiteAgent:
         for name, action in changes.items():
             log.info("app %s %s", name, action)
         sub = await pull_consumer(self._js, "EVENTS", f"process-{self._settings.site}")
+        pulling = PullLoop(sub, name="site agent", batch=64, timeout_s=0.5)
         workers = asyncio.Semaphore(self._settings.processing.workers)
         pending: set[asyncio.Task[None]] = set()
+
+        async def dispatch(msg: Msg) -> None:
+            await workers.acquire()  # at most ``workers`` hooks at once; the rest wait in order
+            task = asyncio.create_task(self._work(msg, workers))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
+
         try:
-            while not stop.is_set():
-                try:
-                    msgs = await sub.fetch(64, timeout=0.5)
-                except TimeoutError:  # nats-py raises its subclass or asyncio.TimeoutError
-                    continue
-                except nats.errors.Error as exc:  # reconnecting, closed, no responders, API
-                    log.warning("site agent: fetch failed (%s); retrying", exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                for msg in msgs:
-                    await workers.acquire()
-                    task = asyncio.create_task(self._work(msg, workers))
-                    pending.add(task)
-                    task.add_done_callback(pending.discard)
+            await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)

@@ -35,6 +35,7 @@ from lodestream.agents.site.retries import RetryRules
 from lodestream.eventlog import ConflictError, EventLog
 from lodestream.eventlog.consumers import PROCESS_EVENTS
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events import (
     JobFailed,
     JobPostprocessed,
@@ -46,7 +47,7 @@ from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import JobSpec
 from lodestream.schemas.retry import backoff_s, retry_at
 from lodestream.schemas.subjects import parse_event_subject
-from lodestream.schemas.trust import Untrusted, check_own_site, event_from_message
+from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 WORK_TYPES: Final = frozenset(f"job.{name}" for name in PROCESS_EVENTS)

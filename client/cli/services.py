@@ -9,7 +9,7 @@ import typer
 
 from lodestream import aio
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
-from lodestream.embedded.state import StackRole, apply_stack_environment
+from lodestream.services.embedded.state import StackRole, apply_stack_environment
 from lodestream.settings import Settings
 
 projector_app = typer.Typer(help="The projector: folds the log into the Postgres read models.")
@@ -36,8 +36,8 @@ def api(state_dir: Path = STATE_DIR_OPTION) -> None:
 
 def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Apply the Postgres migrations to DATABASE_URL."""
-    from lodestream.embedded.stack import grant_stack_roles  # noqa: PLC0415
     from lodestream.infra.postgres.migrate import upgrade  # noqa: PLC0415
+    from lodestream.services.embedded.stack import grant_stack_roles  # noqa: PLC0415
 
     settings = _settings(state_dir, "admin")
     upgrade(settings.database_url)

@@ -42,8 +42,8 @@ def site_init(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Create a site directory, generate its nkey (the seed stays here), register it."""
-    from lodestream.client.sites import init_site_dir  # noqa: PLC0415
-    from lodestream.schemas.subjects import SubjectError  # noqa: PLC0415
+    from lodestream.agents.site.directory import init_site_dir  # noqa: PLC0415
+    from lodestream.schemas.errors import SubjectError  # noqa: PLC0415
 
     defaults = _stack_defaults(state_dir)
     nats_url = nats_url or defaults.get("websocket_url")

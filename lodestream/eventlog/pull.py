@@ -1,4 +1,4 @@
-"""Fetching from a durable pull consumer without a timer per message.
+"""Fetching from a durable pull consumer without a timer per message, and the loop around it.
 
 nats-py's ``fetch`` waits for each message of a batch with its own
 ``wait_for`` (a task per message), which caps a consumer near 10,000
@@ -7,16 +7,27 @@ request open per consumer, drains its inbox queue without waiting, and only
 ever waits for the *first* message of a batch. Messages that arrive for an
 open request while the caller is busy simply wait in the queue for the next
 ``fetch`` — in order, as JetStream delivered them.
+
+:class:`PullLoop` is the one fetch-and-retry loop of every long-running consumer
+(projector, controller, site agent, pilot): a fetch that times out is an empty
+batch, a NATS error is logged and waited out (the client reconnects by itself),
+and each batch goes to the consumer's own handler, which settles its messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
+from nats.js.errors import APIError
+
+log = logging.getLogger(__name__)
 
 STATUS = "Status"
 _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consumer changed
@@ -30,7 +41,15 @@ class PullConsumer:
         self._remaining = 0  # messages the open pull request may still deliver
         self._open_until = 0.0
 
+    @classmethod
+    def on(cls, js: Any, stream: str, durable: str) -> PullConsumer:
+        """A consumer on ``js``'s connection, not started yet."""
+        return cls(js._nc, stream, durable)
+
     async def start(self) -> PullConsumer:
+        """Subscribe a fresh inbox; after :meth:`stop`, also to start over on a new consumer."""
+        self._remaining = 0  # no pull request is open on a fresh inbox
+        self._open_until = 0.0
         self._inbox = self._nc.new_inbox()
         self._sub = await self._nc.subscribe(
             self._inbox, pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30
@@ -90,4 +109,83 @@ class PullConsumer:
 
 async def pull_consumer(js: Any, stream: str, durable: str) -> PullConsumer:
     """A started :class:`PullConsumer` on ``js``'s connection."""
-    return await PullConsumer(js._nc, stream, durable).start()
+    return await PullConsumer.on(js, stream, durable).start()
+
+
+BatchHandler = Callable[[list[Msg]], Awaitable[None]]
+MessageHandler = Callable[[Msg], Awaitable[None]]
+
+CONNECTION_ERRORS: Final[tuple[type[Exception], ...]] = (
+    nats.errors.ConnectionClosedError,
+    nats.errors.NoRespondersError,
+    APIError,
+)
+"""The NATS errors the control plane's consumers wait out; others end the service (its
+supervisor restarts it). Site processes wait out every NATS error (``nats.errors.Error``)."""
+
+
+class PullLoop:
+    """Fetch batches from ``sub`` and hand each non-empty one to a handler, until stopped.
+
+    ``batch`` is a size or a function asked before every fetch (a pilot fetches only what
+    it has room for). What the handler raises is not caught here: each consumer decides
+    what a failed batch means (see :func:`each_message` for "no message stops me").
+    """
+
+    def __init__(
+        self,
+        sub: PullConsumer,
+        *,
+        name: str,
+        batch: int | Callable[[], int],
+        timeout_s: float,
+        retried: tuple[type[Exception], ...] = (nats.errors.Error,),
+        retry_after_s: float = 0.5,
+    ) -> None:
+        self.sub = sub
+        self._name = name
+        self._batch = batch if callable(batch) else lambda: batch
+        self._timeout_s = timeout_s
+        self._retried = retried
+        self._retry_after_s = retry_after_s
+
+    async def fetch(self) -> list[Msg]:
+        """One batch; empty when nothing came within the timeout or NATS is away."""
+        try:
+            return await self.sub.fetch(self._batch(), timeout=self._timeout_s)
+        except TimeoutError:  # nats-py raises its own subclass or plain asyncio.TimeoutError
+            return []
+        except self._retried as exc:  # reconnecting, closed, no responders, API errors
+            log.warning("%s: fetch failed (%s); retrying", self._name, _reason(exc))
+            await asyncio.sleep(self._retry_after_s)
+            return []
+
+    async def once(self, handle: BatchHandler) -> None:
+        """Fetch one batch and hand it on, if anything came."""
+        msgs = await self.fetch()
+        if msgs:  # also empty after a status message only
+            await handle(msgs)
+
+    async def run(self, handle: BatchHandler, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.once(handle)
+
+
+def each_message(handle: MessageHandler, name: str) -> BatchHandler:
+    """Hand a batch on message by message; no message stops the consumer.
+
+    A message whose handler raises is logged and left unsettled, so it is redelivered.
+    """
+
+    async def handle_each(msgs: list[Msg]) -> None:
+        for msg in msgs:
+            try:
+                await handle(msg)
+            except Exception:
+                log.exception("%s: delivery on %s not handled", name, msg.subject)
+
+    return handle_each
+
+
+def _reason(exc: Exception) -> str:
+    return str(exc) or type(exc).__name__

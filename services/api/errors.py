@@ -2,16 +2,19 @@
 
 ::
 
-    ApiError                      code         status
+    ApiProblem                    code         status
     ├── InvalidInput              invalid      422  bad body, query or reference; nothing appended
     ├── Unauthorized              unauthorized 401  missing, unknown or revoked token
     ├── NotFound                  not_found    404  absent, or owned by someone else
     ├── Conflict                  conflict     409  the id or name is taken
     ├── TooLarge                  too_large    413  over a size limit: retrying cannot help
     │   └── TooManyJobs                             more jobs than one request may carry
-    ├── WaitTimedOut              timeout      504  appended, but not yet projected
+    ├── NotYetProjected           timeout      504  appended, but not yet projected
     └── Unavailable               unavailable  503  NATS or Postgres cannot serve the request
         └── NotReady                           503  /readyz with the failing checks
+
+The base is not called ``ApiError``: that is the SDK's name for what a client receives
+(:class:`lodestream.client.errors.ApiError`), a different class on the other side of HTTP.
 
 Errors of the layers below are mapped here too (:func:`install`): FastAPI's
 ``RequestValidationError`` and pydantic's ``ValidationError`` become
@@ -52,7 +55,7 @@ log = logging.getLogger(__name__)
 MAX_DETAILS = 50
 
 
-class ApiError(Exception):
+class ApiProblem(Exception):
     """Base of API errors; ``details`` is JSON-ready and goes to the client as-is."""
 
     status: ClassVar[int] = 500
@@ -65,31 +68,31 @@ class ApiError(Exception):
         self.details = details
 
 
-class InvalidInput(ApiError):
+class InvalidInput(ApiProblem):
     status = 422
     code = "invalid"
     when = "the body, a parameter or a reference is invalid; nothing was appended"
 
 
-class Unauthorized(ApiError):
+class Unauthorized(ApiProblem):
     status = 401
     code = "unauthorized"
     when = "the bearer token is missing, unknown or revoked"
 
 
-class NotFound(ApiError):
+class NotFound(ApiProblem):
     status = 404
     code = "not_found"
     when = "no such thing among the caller's own (another user's is not found either)"
 
 
-class Conflict(ApiError):
+class Conflict(ApiProblem):
     status = 409
     code = "conflict"
     when = "the id or name is taken, or the job's state does not allow the action"
 
 
-class TooLarge(ApiError):
+class TooLarge(ApiProblem):
     status = 413
     code = "too_large"
     when = "over a size limit (named in the message); retrying the same request cannot help"
@@ -99,13 +102,13 @@ class TooManyJobs(TooLarge):
     """More jobs than one request may carry."""
 
 
-class WaitTimedOut(ApiError):
+class NotYetProjected(ApiProblem):
     status = 504
     code = "timeout"
     when = "appended, but not projected within the wait; details hold the accepted result"
 
 
-class Unavailable(ApiError):
+class Unavailable(ApiProblem):
     status = 503
     code = "unavailable"
     when = "NATS or Postgres cannot serve the request now; retry later"
@@ -149,7 +152,7 @@ def _msg(err: Any) -> str:
     return str(err.get("msg", "")).removeprefix("Value error, ")
 
 
-def documented(*errors: type[ApiError]) -> dict[int | str, dict[str, Any]]:
+def documented(*errors: type[ApiProblem]) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI ``responses`` of a route that may raise ``errors`` (merged by status)."""
     responses: dict[int | str, dict[str, Any]] = {}
     for error in sorted(errors, key=lambda e: e.status):
@@ -158,18 +161,18 @@ def documented(*errors: type[ApiError]) -> dict[int | str, dict[str, Any]]:
     return responses
 
 
-def error_body(exc: ApiError) -> dict[str, Any]:
+def error_body(exc: ApiProblem) -> dict[str, Any]:
     return {"error": {"code": exc.code, "message": exc.message, "details": exc.details}}
 
 
-def _response(exc: ApiError) -> JSONResponse:
+def _response(exc: ApiProblem) -> JSONResponse:
     headers = {"WWW-Authenticate": "Bearer"} if isinstance(exc, Unauthorized) else None
     body = exc.details if isinstance(exc, NotReady) else error_body(exc)
     return JSONResponse(body, status_code=exc.status, headers=headers)
 
 
-async def _api_error(_: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, ApiError)
+async def _api_problem(_: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, ApiProblem)
     return _response(exc)
 
 
@@ -215,7 +218,7 @@ async def _unavailable(_: Request, exc: Exception) -> JSONResponse:
 
 def install(app: FastAPI) -> None:
     """Register every exception handler of the API on ``app``."""
-    app.add_exception_handler(ApiError, _api_error)
+    app.add_exception_handler(ApiProblem, _api_problem)
     app.add_exception_handler(RequestValidationError, _request_validation)
     app.add_exception_handler(ValidationError, _validation)
     app.add_exception_handler(StarletteHTTPException, _http)

@@ -23,7 +23,6 @@ from lodestream.infra.postgres.tables import (
     apps,
     job_events,
     jobs,
-    projector_position,
     sites,
 )
 from lodestream.services.api.submit import AppInterface, Catalog, Existing
@@ -52,14 +51,6 @@ async def user_for_token(conn: AsyncConnection, token_hash: str) -> str | None:
     )
     name: str | None = result.scalar_one_or_none()
     return name
-
-
-async def projector_seq(conn: AsyncConnection, stream: str) -> int:
-    result = await conn.execute(
-        select(projector_position.c.seq).where(projector_position.c.stream == stream)
-    )
-    seq: int | None = result.scalar_one_or_none()
-    return seq or 0
 
 
 # --- submission ------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import uuid
 from collections import OrderedDict
@@ -18,16 +19,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import NotFoundError
 
 from lodestream.eventlog import Appended, EventLog, EventLogError, Rejected
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
-from lodestream.eventlog.pull import pull_consumer
+from lodestream.eventlog.pull import CONNECTION_ERRORS, BatchHandler, PullLoop, pull_consumer
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import IllegalTransition, Untrusted
 from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
@@ -36,13 +38,12 @@ from lodestream.schemas.events import (
     SiteRegistered,
     SiteRemoved,
 )
-from lodestream.schemas.fold import IllegalTransition, check_creation
+from lodestream.schemas.fold import check_creation
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
 from lodestream.schemas.trust import (
     WRITERS,
     HeartbeatExpired,
-    Untrusted,
     event_from_message,
     heartbeat_message,
 )
@@ -183,34 +184,33 @@ class Controller:
         await ensure_durable(self._js, EVENTS_STREAM, self._durable, EVENT_FILTERS)
         await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
 
-    async def _consume(self, stream: str, durable: str, handle: Any, stop: asyncio.Event) -> None:
+    async def _consume(
+        self, stream: str, durable: str, handle: BatchHandler, stop: asyncio.Event
+    ) -> None:
         sub = await pull_consumer(self._js, stream, durable)
+        pulling = PullLoop(
+            sub, name=f"controller {stream}", batch=self._batch, timeout_s=0.5,
+            retried=CONNECTION_ERRORS,
+        )  # fmt: skip
         try:
-            while not stop.is_set():
-                try:
-                    msgs = await sub.fetch(self._batch, timeout=0.5)
-                except (
-                    TimeoutError
-                ):  # nats-py raises its own subclass or plain asyncio.TimeoutError
-                    continue
-                except (ConnectionClosedError, NoRespondersError, APIError) as exc:
-                    log.warning("controller %s: fetch failed (%s); retrying", stream, exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                try:
-                    await handle(msgs)
-                    for msg in msgs:
-                        await msg.ack()
-                except TRANSIENT as exc:
-                    # Postgres or NATS went away mid-batch. Unacked messages come back after
-                    # ack_wait and deciding again yields the same events: nothing is lost
-                    # and nothing is appended twice.
-                    self.retried += 1
-                    log.warning("controller %s: %s; will retry", stream, _first_line(exc))
-                    await self._reads.close()
-                    await asyncio.sleep(0.5)
+            await pulling.run(functools.partial(self._settle, stream, handle), stop)
         finally:
             await sub.stop()
+
+    async def _settle(self, stream: str, handle: BatchHandler, msgs: list[Msg]) -> None:
+        """Decide a batch, then ack each message; a transient failure leaves it unacked."""
+        try:
+            await handle(msgs)
+            for msg in msgs:
+                await msg.ack()
+        except TRANSIENT as exc:
+            # Postgres or NATS went away mid-batch. Unacked messages come back after
+            # ack_wait and deciding again yields the same events: nothing is lost
+            # and nothing is appended twice.
+            self.retried += 1
+            log.warning("controller %s: %s; will retry", stream, _first_line(exc))
+            await self._reads.close()
+            await asyncio.sleep(0.5)
 
     # --- EVENTS ---------------------------------------------------------------------------
 

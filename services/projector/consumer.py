@@ -18,17 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from typing import Any
 
 import psycopg
-from nats.errors import ConnectionClosedError, NoRespondersError
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError, NotFoundError
+from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection
 
-from lodestream.eventlog.pull import PullConsumer, pull_consumer
+from lodestream.eventlog.pull import CONNECTION_ERRORS, PullConsumer, PullLoop
 from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
 from lodestream.services.projector.projection import Changes, Projection, job_ids_to_load
 from lodestream.services.projector.rows import QuarantineRow
@@ -113,35 +114,31 @@ class Projector:
         self.unstorable = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        sub = await self._subscribe_from(await self._applied_position())
+        sub = PullConsumer.on(self._js, self._stream, self._durable)
+        await self._deliver_after(sub, await self._applied_position())
+        pulling = PullLoop(
+            sub, name=f"projector {self._stream}", batch=self._batch_size,
+            timeout_s=self._fetch_timeout_s, retried=CONNECTION_ERRORS,
+        )  # fmt: skip
         try:
-            while not stop.is_set():
-                try:
-                    msgs = await sub.fetch(self._batch_size, timeout=self._fetch_timeout_s)
-                except (
-                    TimeoutError
-                ):  # nats-py raises its own subclass or plain asyncio.TimeoutError
-                    continue
-                except (ConnectionClosedError, NoRespondersError, APIError) as exc:
-                    log.warning("projector %s: fetch failed (%s); retrying", self._stream, exc)
-                    await asyncio.sleep(0.5)
-                    continue
-                if not msgs:  # nats-py can return an empty batch after a status message
-                    continue
-                raws = [raw_from_msg(self._stream, m) for m in msgs]
-                try:
-                    applied = await self.apply(raws, stop)
-                except Gap as gap:
-                    log.info("projector %s: %s; re-positioning", self._stream, gap)
-                    await sub.stop()
-                    sub = await self._subscribe_from(gap.position)
-                    continue
-                if applied:
-                    await msgs[-1].ack()
+            await pulling.run(functools.partial(self._on_batch, sub, stop), stop)
         finally:
             await sub.stop()
             if self._conn is not None:
                 await self._conn.close()
+
+    async def _on_batch(self, sub: PullConsumer, stop: asyncio.Event, msgs: list[Msg]) -> None:
+        """Apply a batch, then ack it with its last message (AckAll)."""
+        raws = [raw_from_msg(self._stream, m) for m in msgs]
+        try:
+            applied = await self.apply(raws, stop)
+        except Gap as gap:
+            log.info("projector %s: %s; re-positioning", self._stream, gap)
+            await sub.stop()
+            await self._deliver_after(sub, gap.position)
+            return
+        if applied:
+            await msgs[-1].ack()
 
     async def _applied_position(self) -> int:
         while True:
@@ -154,11 +151,12 @@ class Projector:
                 self._conn = None
                 await asyncio.sleep(1.0)
 
-    async def _subscribe_from(self, position: int) -> PullConsumer:
+    async def _deliver_after(self, sub: PullConsumer, position: int) -> None:
+        """(Re)create the durable to deliver from ``position + 1`` and (re)start ``sub`` on it."""
         await position_consumer(
             self._js, self._stream, self._durable, self._batch_size, position + 1
         )
-        return await pull_consumer(self._js, self._stream, self._durable)
+        await sub.start()
 
     async def apply(self, raws: list[RawMessage], stop: asyncio.Event | None = None) -> bool:
         """Apply one batch, retrying the same batch until Postgres takes it.

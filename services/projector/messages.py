@@ -13,12 +13,12 @@ import uuid
 from dataclasses import dataclass
 
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.subjects import HB_STREAM
 from lodestream.schemas.trust import (
     HeartbeatBeat,
     HeartbeatExpired,
-    Untrusted,
     event_from_message,
     heartbeat_message,
 )

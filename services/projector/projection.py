@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
@@ -39,7 +40,7 @@ from lodestream.schemas.events import (
     TransferSubmitted,
 )
 from lodestream.schemas.events.job import FinishedData, RunResultData
-from lodestream.schemas.fold import IllegalTransition, apply, check_creation
+from lodestream.schemas.fold import apply, check_creation
 from lodestream.schemas.ids import derived_id
 from lodestream.services.projector.messages import (
     Decoded,

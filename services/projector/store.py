@@ -117,13 +117,6 @@ class ProjectionStore:
         assert row is not None
         return int(row[0])
 
-    async def position(self, conn: AsyncConnection[Any], stream: str) -> int:
-        cursor = await conn.execute(
-            _q("SELECT seq FROM {s}.projector_position WHERE stream = %s", self.schema), (stream,)
-        )
-        row = await cursor.fetchone()
-        return int(row[0]) if row else 0
-
     async def load_known(self, conn: AsyncConnection[Any], job_ids: Iterable[uuid.UUID]) -> Known:
         known = Known()
         ids = list(job_ids)

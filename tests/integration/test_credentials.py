@@ -7,11 +7,11 @@ import asyncio
 import psycopg
 import pytest
 
-from lodestream.embedded.credentials import CredentialSync
 from lodestream.eventlog import EventLog
 from lodestream.schemas.events import SiteRemoved
 from lodestream.schemas.events.site import SiteRegistered, SiteRegisteredData
 from lodestream.schemas.ids import derived_id
+from lodestream.services.embedded.credentials import CredentialSync
 from tests.fixtures.nats import ErrorLog, SecureNats, connect_site
 from tests.integration.test_launcher import control_plane
 from tests.support.projection import wait_for_position

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from lodestream.infra.postgres import hba
-from lodestream.infra.postgres.errors import AuthenticationError, ServerStartError
+from lodestream.infra.postgres.errors import AuthenticationError, PostgresStartError
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import FAST_SETTINGS, start_server
@@ -161,7 +161,7 @@ def test_start_failure_reports_the_log(server: EmbeddedPostgres, postgres_dir: P
     # A second cluster on the same data directory must be refused by Postgres itself.
     twin = EmbeddedPostgres(server.data_dir, free_port(), settings=FAST_SETTINGS)
 
-    with pytest.raises(ServerStartError, match=r"postmaster\.pid"):
+    with pytest.raises(PostgresStartError, match=r"postmaster\.pid"):
         twin.start()
 
     assert twin.pid is None
@@ -171,7 +171,7 @@ def test_start_failure_reports_the_log(server: EmbeddedPostgres, postgres_dir: P
 def test_start_requires_an_initialised_cluster(postgres_dir: Path) -> None:
     fresh = EmbeddedPostgres(postgres_dir / "data", free_port())
 
-    with pytest.raises(ServerStartError, match="ensure_initialized"):
+    with pytest.raises(PostgresStartError, match="ensure_initialized"):
         fresh.start()
 
 
@@ -256,7 +256,7 @@ def _sigkill_then_restart(server: EmbeddedPostgres) -> None:
         try:
             server.restart()
             break
-        except ServerStartError:
+        except PostgresStartError:
             time.sleep(0.1)
 
     assert not server.exited

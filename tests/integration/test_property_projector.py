@@ -22,8 +22,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from lodestream.schemas.codec import DecodeError, decode_document, encode, to_document
+from lodestream.schemas.codec import decode_document, encode, to_document
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import DecodeError
 from lodestream.schemas.events import (
     AppRegistered,
     BatchJobFinished,

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from lodestream.embedded.process import ServiceProcess
-from lodestream.embedded.supervisor import Backoff, Supervised, Supervisor
+from lodestream.services.embedded.process import ServiceProcess
+from lodestream.services.embedded.supervisor import Backoff, Supervised, Supervisor
 
 
 class FakeClock:

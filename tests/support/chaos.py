@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Final
 
 from lodestream.infra.nats.server import NatsServer
-from lodestream.infra.postgres.errors import ServerStartError
+from lodestream.infra.postgres.errors import PostgresStartError
 from lodestream.infra.postgres.server import EmbeddedPostgres
 
 CHAOS_DATABASE: Final = "lode_chaos"
@@ -325,7 +325,7 @@ def restart_postgres(server: EmbeddedPostgres) -> None:
     for attempt in range(1, _PG_START_ATTEMPTS + 1):
         try:
             server.start()
-        except ServerStartError:
+        except PostgresStartError:
             if attempt == _PG_START_ATTEMPTS:
                 raise
             time.sleep(0.5)

@@ -13,6 +13,7 @@ from nats.js import JetStreamContext
 from lodestream.infra.postgres.tables import READ_SCHEMA
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.projector.consumer import Projector
+from lodestream.services.projector.position import applied_seq, wait_until_applied
 from lodestream.services.projector.store import ProjectionStore
 
 # Row order and columns that define "the same read model" for rebuild and crash tests.
@@ -30,17 +31,12 @@ TABLE_ORDER = {
 
 async def position(dsn: str, stream: str = EVENTS_STREAM) -> int:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
-        cursor = await conn.execute(
-            f"SELECT seq FROM {READ_SCHEMA}.projector_position WHERE stream = %s", (stream,)
-        )
-        row = await cursor.fetchone()
-        return int(row[0]) if row else 0
+        return await applied_seq(conn, stream)
 
 
 async def wait_for_position(dsn: str, seq: int, timeout_s: float = 60.0) -> None:
-    async with asyncio.timeout(timeout_s):
-        while await position(dsn) < seq:
-            await asyncio.sleep(0.05)
+    """Until the projector has applied ``seq``; ProjectorBehind (a TimeoutError) after that."""
+    await wait_until_applied(lambda: position(dsn), seq, timeout_s=timeout_s, poll_s=0.05)
 
 
 @asynccontextmanager

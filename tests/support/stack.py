@@ -70,7 +70,7 @@ STOP_TIMEOUT_S: Final = 15.0
 _databases = itertools.count()
 
 
-class StackError(RuntimeError):
+class StackDidNotStart(RuntimeError):
     """The stack did not come up; the message carries the failing process's log tail."""
 
 
@@ -300,12 +300,14 @@ def _wait_ready(stack: Stack) -> None:
         while True:
             for name in SERVICES:
                 if not stack.alive(name):
-                    raise StackError(f"{name} exited during start:\n{stack.log_text(name)[-3000:]}")
+                    raise StackDidNotStart(
+                        f"{name} exited during start:\n{stack.log_text(name)[-3000:]}"
+                    )
             with contextlib.suppress(httpx.TransportError):
                 if client.get("/readyz").status_code == 200:
                     return
             if time.monotonic() > deadline:
-                raise StackError(f"the API is not ready:\n{stack.log_text('api')[-3000:]}")
+                raise StackDidNotStart(f"the API is not ready:\n{stack.log_text('api')[-3000:]}")
             time.sleep(0.1)
 
 
@@ -318,4 +320,4 @@ def _register_site(stack: Stack, site: str, owner: str) -> None:
             headers=stack.auth(owner),
         )
     if response.status_code != 201:
-        raise StackError(f"registering {site}: {response.status_code} {response.text}")
+        raise StackDidNotStart(f"registering {site}: {response.status_code} {response.text}")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lodestream.embedded.state import StateDir, apply_stack_environment
+from lodestream.services.embedded.state import StateDir, apply_stack_environment
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ from lodestream.infra.nats.errors import BinaryNotFoundError, TlsMaterialError
 from lodestream.infra.nats.server import find_binary
 from lodestream.infra.nats.tls import ensure_local_ca
 from lodestream.schemas.codec import EVENT_CLASSES
-from lodestream.schemas.subjects import SubjectError
+from lodestream.schemas.errors import SubjectError
 from lodestream.schemas.trust import WRITERS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "infra" / "nats" / "examples" / "cluster"

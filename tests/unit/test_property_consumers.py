@@ -23,13 +23,13 @@ from hypothesis import strategies as st
 from lodestream.agents.launcher.work import NotWork, work_item
 from lodestream.schemas.codec import encode
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
 from lodestream.schemas.trust import (
     MARKER_HEADER,
     SOURCE_HEADER,
     HeartbeatExpired,
-    Untrusted,
     check_event,
     event_from_message,
     heartbeat_message,

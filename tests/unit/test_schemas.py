@@ -13,15 +13,9 @@ import orjson
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from lodestream.schemas.codec import (
-    CURRENT_VERSION,
-    EVENT_CLASSES,
-    DecodeError,
-    decode,
-    encode,
-    to_document,
-)
+from lodestream.schemas.codec import CURRENT_VERSION, EVENT_CLASSES, decode, encode, to_document
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import DecodeError, SubjectError
 from lodestream.schemas.events.app import AppRemovedData
 from lodestream.schemas.events.batch import (
     BatchFinishedData,
@@ -70,7 +64,6 @@ from lodestream.schemas.resources import (
 )
 from lodestream.schemas.states import FINISHED_AT_RUN_END
 from lodestream.schemas.subjects import (
-    SubjectError,
     aggregate_filter,
     check_site,
     event_subject,

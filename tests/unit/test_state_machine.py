@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events.batch import BatchJobQueued
 from lodestream.schemas.events.job import (
     JOB_EVENTS,
@@ -32,7 +33,7 @@ from lodestream.schemas.events.job import (
     StartedData,
     StepData,
 )
-from lodestream.schemas.fold import IllegalTransition, JobView, apply, fold
+from lodestream.schemas.fold import JobView, apply, fold
 from lodestream.schemas.resources import JobSpec
 from lodestream.schemas.states import (
     FINAL,

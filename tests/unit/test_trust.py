@@ -11,6 +11,7 @@ import pytest
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.codec import encode
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events import (
     AppRegistered,
     JobCreated,
@@ -27,7 +28,6 @@ from lodestream.schemas.trust import (
     SOURCE_HEADER,
     HeartbeatBeat,
     HeartbeatExpired,
-    Untrusted,
     check_event,
     check_own_site,
     event_from_message,

@@ -22,9 +22,10 @@ from sqlalchemy import RowMapping
 
 from lodestream.eventlog import ConflictError
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events import JobKilled, JobReset
 from lodestream.schemas.events.job import ReasonData
-from lodestream.schemas.fold import IllegalTransition, JobView, apply
+from lodestream.schemas.fold import JobView, apply
 from lodestream.schemas.states import JobState
 from lodestream.services.api import appends, queries
 from lodestream.services.api.deps import Context, User

@@ -11,6 +11,7 @@ from lodestream.services.api import queries
 from lodestream.services.api.deps import Context, Db, User
 from lodestream.services.api.errors import InvalidInput, Unauthorized, Unavailable, documented
 from lodestream.services.api.models import MAX_PAGE_SIZE, SEQ_MAX, EventPage, JobEventOut
+from lodestream.services.projector.position import applied_seq
 
 router = APIRouter(tags=["events"])
 
@@ -32,7 +33,7 @@ async def events_after(
         raise InvalidInput(f"limit must be at most {ctx.settings.api.max_page_size}, got {limit}")
     # The projector commits rows and position together: everything up to the position read
     # first is visible to the next statement, so a short page may skip ahead to it.
-    position = await queries.projector_seq(db, EVENTS_STREAM)
+    position = await applied_seq(db, EVENTS_STREAM)
     rows = await queries.events_after(db, user, after_seq, position, limit)
     items = [JobEventOut.from_row(r) for r in rows]
     full = len(items) == limit

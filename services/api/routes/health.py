@@ -11,10 +11,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from lodestream.schemas.subjects import EVENTS_STREAM
-from lodestream.services.api import queries
 from lodestream.services.api.deps import ApiContext, Context
 from lodestream.services.api.errors import NotReady
 from lodestream.services.api.models import Check, ProjectorLag, Readiness
+from lodestream.services.projector.position import applied_seq
 
 router = APIRouter(tags=["health"])
 
@@ -61,7 +61,7 @@ async def _postgres(ctx: ApiContext) -> tuple[Check, int | None]:
     try:
         async with asyncio.timeout(CHECK_TIMEOUT_S), ctx.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
-            position = await queries.projector_seq(conn, EVENTS_STREAM)
+            position = await applied_seq(conn, EVENTS_STREAM)
     except (SQLAlchemyError, OSError, TimeoutError) as exc:
         return Check(ok=False, detail=f"{type(exc).__name__}: {exc}"[:500]), None
     return Check(ok=True), position

@@ -22,11 +22,11 @@ from lodestream.services.api.errors import (
     Conflict,
     InvalidInput,
     NotFound,
+    NotYetProjected,
     TooLarge,
     TooManyJobs,
     Unauthorized,
     Unavailable,
-    WaitTimedOut,
     documented,
     invalid_from_errors,
 )
@@ -77,7 +77,7 @@ def parse_submission(body: bytes, max_jobs: int) -> SubmitRequest:
     responses={
         201: {"model": SubmitResponse, "description": "accepted and projected (wait)"},
         **documented(
-            Unauthorized, NotFound, Conflict, TooLarge, InvalidInput, Unavailable, WaitTimedOut
+            Unauthorized, NotFound, Conflict, TooLarge, InvalidInput, Unavailable, NotYetProjected
         ),
     },
 )

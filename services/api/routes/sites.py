@@ -24,10 +24,10 @@ from lodestream.services.api.errors import (
     Conflict,
     InvalidInput,
     NotFound,
+    NotYetProjected,
     TooLarge,
     Unauthorized,
     Unavailable,
-    WaitTimedOut,
     documented,
 )
 from lodestream.services.api.models import SiteCreate, SiteCreated, SiteKey, SiteOut
@@ -42,7 +42,9 @@ OwnSite = Annotated[str, Path(pattern=SITE_SLUG_PATTERN, description="one of the
     "/sites",
     status_code=201,
     response_model=SiteCreated,
-    responses=documented(Unauthorized, Conflict, TooLarge, InvalidInput, Unavailable, WaitTimedOut),
+    responses=documented(
+        Unauthorized, Conflict, TooLarge, InvalidInput, Unavailable, NotYetProjected
+    ),
 )
 async def register_site(
     body: SiteCreate,

@@ -11,7 +11,7 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.subjects import check_site
 
-EXAMPLE_APPS = Path(__file__).resolve().parents[1] / "agents" / "site" / "apps" / "examples"
+EXAMPLE_APPS = Path(__file__).resolve().parent / "apps" / "examples"
 
 
 def init_site_dir(

@@ -1,5 +1,5 @@
 """The embedded single-machine stack behind ``lode up``."""
 
-from lodestream.embedded.stack import EmbeddedStack, StackInfo, StackPorts
+from lodestream.services.embedded.stack import EmbeddedStack, StackInfo, StackPorts
 
 __all__ = ["EmbeddedStack", "StackInfo", "StackPorts"]

@@ -1,7 +1,7 @@
 """A service child process: started with a log file, restarted when it died, stopped by SIGTERM.
 
 When and how often it is restarted is the supervisor's business
-(:mod:`lodestream.embedded.supervisor`); this class only says whether it
+(:mod:`lodestream.services.embedded.supervisor`); this class only says whether it
 exited and starts it again.
 """
 

@@ -3,7 +3,7 @@
 The stack is a set of real processes — the same binaries and services an
 operator runs at scale — started from a state directory that a second
 ``lode up`` reuses without losing data. Once started, every one of them is
-supervised (:mod:`lodestream.embedded.supervisor`): restarted with a backoff
+supervised (:mod:`lodestream.services.embedded.supervisor`): restarted with a backoff
 when it dies, nats-server and Postgres included. Each service connects to
 Postgres with its own role (:mod:`lodestream.infra.postgres.roles`).
 """
@@ -26,17 +26,6 @@ from typing import Any, Final
 
 from pydantic import SecretStr
 
-from lodestream.embedded.credentials import CredentialSync
-from lodestream.embedded.errors import StackError
-from lodestream.embedded.process import ServiceProcess
-from lodestream.embedded.state import (
-    DATABASE_URLS,
-    ROLE_NAMES,
-    StackRole,
-    StackSecrets,
-    StateDir,
-)
-from lodestream.embedded.supervisor import Supervised, Supervisor
 from lodestream.eventlog import ensure_streams
 from lodestream.eventlog.jetstream import jetstream
 from lodestream.infra.nats.auth import CONTROL_USER, render_authorization
@@ -47,6 +36,17 @@ from lodestream.infra.postgres import migrate
 from lodestream.infra.postgres.roles import SERVICE_ROLES, apply_roles
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.natsconn import connect
+from lodestream.services.embedded.credentials import CredentialSync
+from lodestream.services.embedded.errors import StackError
+from lodestream.services.embedded.process import ServiceProcess
+from lodestream.services.embedded.state import (
+    DATABASE_URLS,
+    ROLE_NAMES,
+    StackRole,
+    StackSecrets,
+    StateDir,
+)
+from lodestream.services.embedded.supervisor import Supervised, Supervisor
 from lodestream.settings import NatsSettings
 
 log = logging.getLogger(__name__)

@@ -21,16 +21,24 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import psycopg
+from sqlalchemy import select
 
 from lodestream.infra.nats.auth import render_authorization
 from lodestream.infra.nats.errors import ReloadError
 from lodestream.infra.nats.server import NatsServer
+from lodestream.infra.postgres.compiled import Compiled
+from lodestream.infra.postgres.tables import sites
 from lodestream.schemas.nkey import check_user_public_key
 
 log = logging.getLogger(__name__)
+_SITE_KEYS: Final = Compiled.of(
+    select(sites.c.name, sites.c.public_key).where(
+        sites.c.removed_at.is_(None), sites.c.public_key.is_not(None)
+    )
+)
 
 
 @dataclasses.dataclass(slots=True)
@@ -61,10 +69,7 @@ class CredentialSync:
 
     def site_keys(self) -> dict[str, str]:
         with psycopg.connect(self._dsn, connect_timeout=2) as conn:
-            rows = conn.execute(
-                "SELECT name, public_key FROM rm.sites "
-                "WHERE removed_at IS NULL AND public_key IS NOT NULL"
-            ).fetchall()
+            rows = conn.execute(_SITE_KEYS.sql, _SITE_KEYS.params()).fetchall()
         return {str(name): str(key) for name, key in rows}
 
     def invalidate(self) -> None:

@@ -1,0 +1,117 @@
+"""The one fetch-and-retry loop of the consumers, driven by a scripted consumer (no server).
+
+What the real consumers do with it is tested against nats-server in tests/integration;
+here are the loop's own rules: a timeout is an empty batch, a NATS error it rides out is
+logged and skipped, any other error is the caller's, empty batches are not handed on, and
+one failing message does not keep ``each_message`` from the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import nats.errors
+import pytest
+from nats.aio.msg import Msg
+
+from lodestream.eventlog.pull import CONNECTION_ERRORS, PullConsumer, PullLoop, each_message
+
+
+@dataclass
+class Scripted:
+    """Answers each ``fetch`` with the next entry: a list of messages or an exception."""
+
+    script: list[list[Any] | BaseException]
+    sizes: list[int] = field(default_factory=list)
+
+    async def fetch(self, batch: int, timeout: float) -> list[Any]:  # noqa: ASYNC109 - as PullConsumer
+        self.sizes.append(batch)
+        answer = self.script.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+
+@dataclass(frozen=True)
+class FakeMsg:
+    subject: str
+
+
+def loop_over(scripted: Scripted, **kwargs: Any) -> PullLoop:
+    options: dict[str, Any] = {"name": "test", "batch": 10, "timeout_s": 0.01}
+    options.update(kwargs)
+    return PullLoop(cast(PullConsumer, scripted), retry_after_s=0.0, **options)
+
+
+async def collect(pulling: PullLoop, rounds: int) -> list[list[Any]]:
+    batches: list[list[Any]] = []
+
+    async def handle(msgs: list[Msg]) -> None:
+        batches.append(list(msgs))
+
+    for _ in range(rounds):
+        await pulling.once(handle)
+    return batches
+
+
+async def test_timeouts_and_ridden_out_errors_are_empty_batches_never_handed_on() -> None:
+    one, two = FakeMsg("a"), FakeMsg("b")
+    scripted = Scripted(
+        [
+            TimeoutError(),
+            nats.errors.TimeoutError(),
+            nats.errors.ConnectionClosedError(),
+            [],  # e.g. only a status message came
+            [one, two],
+        ]
+    )
+    assert await collect(loop_over(scripted), 5) == [[one, two]]
+
+
+async def test_the_batch_size_is_asked_before_every_fetch() -> None:
+    room = iter([3, 1])
+    scripted = Scripted([[], []])
+    batch: Callable[[], int] = lambda: next(room)  # noqa: E731
+    await collect(loop_over(scripted, batch=batch), 2)
+    assert scripted.sizes == [3, 1]
+
+
+async def test_an_error_it_does_not_ride_out_is_the_callers() -> None:
+    scripted = Scripted([nats.errors.OutboundBufferLimitError()])
+    with pytest.raises(nats.errors.OutboundBufferLimitError):
+        await collect(loop_over(scripted, retried=CONNECTION_ERRORS), 1)
+
+
+async def test_a_site_process_rides_out_every_nats_error() -> None:
+    scripted = Scripted([nats.errors.OutboundBufferLimitError(), [FakeMsg("a")]])
+    assert len(await collect(loop_over(scripted), 2)) == 1
+
+
+async def test_run_stops_on_the_event() -> None:
+    stop = asyncio.Event()
+    seen: list[Any] = []
+
+    async def handle(msgs: list[Msg]) -> None:
+        seen.extend(msgs)
+        stop.set()
+
+    scripted = Scripted([[FakeMsg("a")], [FakeMsg("never fetched")]])
+    await loop_over(scripted).run(handle, stop)
+    assert seen == [FakeMsg("a")]
+    assert len(scripted.script) == 1
+
+
+async def test_one_failing_message_does_not_stop_the_others() -> None:
+    handled: list[str] = []
+
+    async def handle(msg: Msg) -> None:
+        if msg.subject == "bad":
+            raise RuntimeError("boom")
+        handled.append(msg.subject)
+
+    batch = cast(list[Msg], [FakeMsg("a"), FakeMsg("bad"), FakeMsg("c")])
+    await each_message(handle, "test")(batch)
+    assert handled == ["a", "c"]
