@@ -22,6 +22,7 @@ import functools
 import logging
 from typing import Any
 
+import nats.errors
 import psycopg
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -115,7 +116,7 @@ class Projector:
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = PullConsumer.on(self._js, self._stream, self._durable)
-        await self._deliver_after(sub, await self._applied_position())
+        await self._deliver_after(sub, await self._applied_position(), stop)
         pulling = PullLoop(
             sub, name=f"projector {self._stream}", batch=self._batch_size,
             timeout_s=self._fetch_timeout_s, retried=CONNECTION_ERRORS,
@@ -135,7 +136,7 @@ class Projector:
         except Gap as gap:
             log.info("projector %s: %s; re-positioning", self._stream, gap)
             await sub.stop()
-            await self._deliver_after(sub, gap.position)
+            await self._deliver_after(sub, gap.position, stop)
             return
         if applied:
             await msgs[-1].ack()
@@ -151,12 +152,29 @@ class Projector:
                 self._conn = None
                 await asyncio.sleep(1.0)
 
-    async def _deliver_after(self, sub: PullConsumer, position: int) -> None:
-        """(Re)create the durable to deliver from ``position + 1`` and (re)start ``sub`` on it."""
-        await position_consumer(
-            self._js, self._stream, self._durable, self._batch_size, position + 1
-        )
-        await sub.start()
+    async def _deliver_after(self, sub: PullConsumer, position: int, stop: asyncio.Event) -> None:
+        """(Re)create the durable to deliver from ``position + 1`` and (re)start ``sub`` on it.
+
+        Re-creating the durable is idempotent, so any NATS failure here (a request that
+        timed out while the server restarts, no responders yet) is waited out rather than
+        ending the projector: the position it must start from is already known.
+        """
+        delay = 0.25
+        while True:
+            try:
+                await position_consumer(
+                    self._js, self._stream, self._durable, self._batch_size, position + 1
+                )
+                await sub.start()
+            except (nats.errors.Error, TimeoutError) as exc:
+                log.warning("projector %s: cannot position the consumer after %d (%s); retrying",
+                            self._stream, position, exc or type(exc).__name__)  # fmt: skip
+                if stop.is_set():
+                    return
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
+            else:
+                return
 
     async def apply(self, raws: list[RawMessage], stop: asyncio.Event | None = None) -> bool:
         """Apply one batch, retrying the same batch until Postgres takes it.
