@@ -20,6 +20,8 @@ import pytest
 from tests.fixtures.slurm import SlurmCluster
 
 RELEASE_WAIT_S = 60
+# Rank 0 prints for everyone: two ranks printing at once can interleave within a line once
+# mpiexec's proxies forward their output.
 RANKS_PROGRAM = textwrap.dedent(
     """\
     import os
@@ -28,7 +30,9 @@ RANKS_PROGRAM = textwrap.dedent(
     comm = MPI.COMM_WORLD
     total = comm.allreduce(comm.Get_rank())
     node = os.environ.get("SLURMD_NODENAME", "?")
-    print(f"rank={comm.Get_rank()} size={comm.Get_size()} sum={total} node={node}", flush=True)
+    seen = comm.gather(f"rank={comm.Get_rank()} size={comm.Get_size()} sum={total} node={node}")
+    if seen is not None:
+        print("\\n".join(seen), flush=True)
     """
 )
 
