@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from types import MappingProxyType
-from typing import Final
+from typing import Any, Final
 
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition
@@ -114,31 +114,38 @@ def fold_batch(events: Iterable[tuple[int, Event]]) -> BatchView | None:
     """
     view: BatchView | None = None
     for seq, event in sorted(events, key=lambda pair: pair[0]):
-        if isinstance(event, BatchJobRequested):
-            if view is None:
-                view = BatchView(
-                    id=event.aggregate_id, site=event.site, request=event.data,
-                    requested_id=event.id, state=B.REQUESTED, last_seq=seq,
-                )  # fmt: skip
-            continue
-        if view is None or event.aggregate_id != view.id:
-            continue
-        try:
-            state = next_batch_state(view.state, event.type)
-        except IllegalTransition:
-            continue
-        view = replace(view, state=state, last_seq=max(view.last_seq, seq))
-        match event:
-            case BatchJobSubmitted(data=data):
-                view = replace(view, scheduler=data.scheduler, scheduler_id=data.scheduler_id,
-                               observed=B.SUBMITTED)  # fmt: skip
-            case BatchJobDeletionRequested():
-                view = replace(view, deletion_id=event.id)
-            case BatchJobFinished():
-                view = replace(view, observed=B.FINISHED)
-            case _ if event.type in {"batch.queued", "batch.running"}:
-                view = replace(view, observed=B(event.type.partition(".")[2]))
+        view = apply_batch(view, seq, event)
     return view
+
+
+def apply_batch(view: BatchView | None, seq: int, event: Event) -> BatchView | None:
+    """``view`` after ``event`` at stream sequence ``seq``; unchanged if the lifecycle
+    refuses the event or it is about another batch job."""
+    if isinstance(event, BatchJobRequested):
+        if view is not None:
+            return view
+        return BatchView(
+            id=event.aggregate_id, site=event.site, request=event.data,
+            requested_id=event.id, state=B.REQUESTED, last_seq=seq,
+        )  # fmt: skip
+    if view is None or event.aggregate_id != view.id:
+        return view
+    try:
+        state = next_batch_state(view.state, event.type)
+    except IllegalTransition:
+        return view
+    changes: dict[str, Any] = {"state": state, "last_seq": max(view.last_seq, seq)}
+    match event:
+        case BatchJobSubmitted(data=data):
+            changes |= {"scheduler": data.scheduler, "scheduler_id": data.scheduler_id,
+                        "observed": B.SUBMITTED}  # fmt: skip
+        case BatchJobDeletionRequested():
+            changes["deletion_id"] = event.id
+        case BatchJobFinished():
+            changes["observed"] = B.FINISHED
+        case _ if event.type in {"batch.queued", "batch.running"}:
+            changes["observed"] = B(event.type.partition(".")[2])
+    return replace(view, **changes)
 
 
 def request_batch_job(
@@ -162,3 +169,12 @@ def request_batch_job(
         data=data,
         event_id=event_id,
     )
+
+
+def batch_cause(
+    batch_id: uuid.UUID, *, scheduler: str = "", scheduler_id: str | None = None, verdict: str
+) -> str:
+    """``batch job <id> (slurm 1234): walltime_expired``: the batch-job link of a job's cause
+    chain (task → session → batch job → scheduler), as the pilot and the controller write it."""
+    where = " ".join(w for w in (scheduler, scheduler_id or "") if w)
+    return f"batch job {batch_id}" + (f" ({where})" if where else "") + f": {verdict}"
