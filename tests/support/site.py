@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from lodestream.agents.site.scheduler.template import DEFAULT_TEMPLATE
 from lodestream.agents.site.settings import SiteSettings, load_site_settings
 from tests.fixtures.nats import SecureNats
 from tests.support.processes import TEST_HEARTBEAT_TTL_S
@@ -23,6 +24,7 @@ def make_site_dir(
     ca_file: Path,
     seed_file: Path,
     processing: dict[str, object] | None = None,
+    scheduler: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
     directory = root / site
@@ -32,6 +34,7 @@ def make_site_dir(
     shutil.copy(seed_file, directory / "site.nk")
     for app in TEST_APPS.glob("*.py"):
         shutil.copy(app, directory / "apps" / app.name)
+    shutil.copy(DEFAULT_TEMPLATE, directory / "job-template.sh")
     settings = SiteSettings.model_validate(
         {
             "site": site,
@@ -40,6 +43,7 @@ def make_site_dir(
             "launcher": {"heartbeat_ttl_s": round(TEST_HEARTBEAT_TTL_S), "idle_ttl_s": 30,
                          "virtual_nodes": 2, "cores_per_node": 4, **launcher},
             "processing": {"retry_backoff": TEST_RETRY_BACKOFF, **(processing or {})},
+            "scheduler": scheduler or {},
         }
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())
@@ -47,10 +51,15 @@ def make_site_dir(
 
 
 def secure_site_dir(
-    secure: SecureNats, root: Path, processing: dict[str, object] | None = None, **launcher: object
+    secure: SecureNats,
+    root: Path,
+    processing: dict[str, object] | None = None,
+    scheduler: dict[str, object] | None = None,
+    **launcher: object,
 ) -> SiteSettings:
     """A site directory for site ``alpha`` of the ``secure_nats`` fixture."""
     return make_site_dir(
         root, "alpha", wss_url=secure.server.websocket_url, ca_file=secure.ca_file,
-        seed_file=secure.seed_files["alpha"], processing=processing, **launcher,
+        seed_file=secure.seed_files["alpha"], processing=processing, scheduler=scheduler,
+        **launcher,
     )  # fmt: skip

@@ -101,6 +101,7 @@ class PilotScheduler:
         scheduler: Scheduler,
         *,
         durable: str | None = None,
+        retry_s: float = RETRY_S,
     ) -> None:
         self._js = js
         self._log = EventLog(js)
@@ -109,6 +110,7 @@ class PilotScheduler:
         self._site = settings.site
         self._durable = durable or f"sched-{settings.site}"
         self.scheduler = scheduler
+        self._retry_s = retry_s
         self.tracked: dict[uuid.UUID, Tracked] = {}
         self.stats = SchedulerStats()
         self.appended = 0  # events this module put on the log
@@ -143,8 +145,8 @@ class PilotScheduler:
             await _settle(msg.term())
         except (nats.errors.Error, EventLogError, TimeoutError) as exc:
             log.warning("scheduler: %s not handled (%s); again in %g s", msg.subject,
-                        exc or type(exc).__name__, RETRY_S)  # fmt: skip
-            await _settle(msg.nak(delay=RETRY_S))
+                        exc or type(exc).__name__, self._retry_s)  # fmt: skip
+            await _settle(msg.nak(delay=self._retry_s))
 
     async def handle(self, msg: Any) -> None:
         """Act on one delivery of ``sched-<site>``; :class:`Untrusted` if it is no work here."""
@@ -190,7 +192,7 @@ class PilotScheduler:
             found = await self._find_at_scheduler(view.id) if tries > 1 else None
         except SchedulerError as exc:
             self._scheduler_error(f"looking for batch job {view.id}", exc)
-            await _settle(msg.nak(delay=RETRY_S))
+            await _settle(msg.nak(delay=self._retry_s))
             return
         if found is not None:
             log.info("scheduler: batch job %s was submitted as %s before; adopted", view.id, found)
@@ -200,8 +202,9 @@ class PilotScheduler:
         if isinstance(outcome, _Retry):
             if tries < MAX_SUBMIT_TRIES:
                 log.warning("scheduler: batch job %s not submitted (%s); try %d of %d in %g s",
-                            view.id, outcome.reason, tries, MAX_SUBMIT_TRIES, RETRY_S)  # fmt: skip
-                await _settle(msg.nak(delay=RETRY_S))
+                            view.id, outcome.reason, tries, MAX_SUBMIT_TRIES,
+                            self._retry_s)  # fmt: skip
+                await _settle(msg.nak(delay=self._retry_s))
                 return
             outcome = _Refused(f"{outcome.reason} (after {tries} tries)")
         if isinstance(outcome, _Refused):
@@ -305,7 +308,7 @@ class PilotScheduler:
                 await self._append(decide.ended_unsubmitted(view, note), view)
         except SchedulerError as exc:
             self._scheduler_error(f"deleting batch job {view.id}", exc)
-            await _settle(msg.nak(delay=RETRY_S))
+            await _settle(msg.nak(delay=self._retry_s))
             return
         await _settle(msg.ack())
 
