@@ -113,5 +113,7 @@ def test_lode_and_the_sdk_run_from_the_installed_wheel(
     assert Path(path).is_relative_to(venv)
     # None of the repository's directory names is claimed as a top-level import.
     probe = "import importlib.util as u, sys; print([n for n in sys.argv[1:] if u.find_spec(n)])"
-    claimed = run([venv / "bin" / "python", "-I", "-c", probe, *REPOSITORY_DIRECTORIES], tmp_path, env)
+    claimed = run(
+        [venv / "bin" / "python", "-I", "-c", probe, *REPOSITORY_DIRECTORIES], tmp_path, env
+    )
     assert claimed.strip() == "[]"
