@@ -59,6 +59,7 @@ from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.events import JobRunErrored, JobRunTimedOut, JobStarted
 from lodestream.schemas.events.job import RunResultData, StartedData
 from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.topology import KILLS, LAUNCH
 
 __all__ = ["Launcher", "LauncherReport"]
 
@@ -124,11 +125,10 @@ class Launcher:
             asyncio.create_task(self._reaper.run(reaper_stop)),
             asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop)),
         ]
-        kills = None
+        kills = []
         if self._nc is not None:
-            kills = await self._nc.subscribe(
-                f"evt.{self._site}.job.*.killed", cb=self._watch.on_killed
-            )
+            for subject in KILLS.filter_subjects(self._site):
+                kills.append(await self._nc.subscribe(subject, cb=self._watch.on_killed))
         try:
             self.report.exit_reason = await self._lease_loop(stop)
         finally:
@@ -138,9 +138,9 @@ class Launcher:
                 await self._drain(self.report.exit_reason)
             if self._jobs:
                 await asyncio.gather(*self._jobs, return_exceptions=True)
-            if kills is not None:
+            for kill_sub in kills:
                 with contextlib.suppress(nats.errors.Error):
-                    await kills.unsubscribe()
+                    await kill_sub.unsubscribe()
             reaper_stop.set()
             beat_stop.set()
             await asyncio.gather(*background, self._watch.settled(), return_exceptions=True)
@@ -178,7 +178,7 @@ class Launcher:
         self._watch.reconnected()
 
     async def _lease_loop(self, stop: asyncio.Event) -> str:
-        sub = await pull_consumer(self._js, "EVENTS", f"launch-{self._site}")
+        sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._site))
         idle_since = time.monotonic()
         try:
             while not stop.is_set():

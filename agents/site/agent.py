@@ -23,6 +23,7 @@ from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import pull_consumer
+from lodestream.schemas.topology import PROCESS
 from lodestream.schemas.trust import Untrusted
 
 log = logging.getLogger(__name__)
@@ -52,7 +53,7 @@ class SiteAgent:
         changes = await self.publisher.publish(self._apps)
         for name, action in changes.items():
             log.info("app %s %s", name, action)
-        sub = await pull_consumer(self._js, "EVENTS", f"process-{self._settings.site}")
+        sub = await pull_consumer(self._js, PROCESS.stream, PROCESS.durable(self._settings.site))
         workers = asyncio.Semaphore(self._settings.processing.workers)
         pending: set[asyncio.Task[None]] = set()
         try:

@@ -18,6 +18,8 @@ from typing import Any
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from lodestream.schemas.topology import next_subject
+
 STATUS = "Status"
 _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consumer changed
 
@@ -25,7 +27,7 @@ _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consum
 class PullConsumer:
     def __init__(self, nc: Client, stream: str, durable: str) -> None:
         self._nc = nc
-        self._subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._subject = next_subject(stream, durable)
         self._sub: Any = None
         self._remaining = 0  # messages the open pull request may still deliver
         self._open_until = 0.0
