@@ -108,6 +108,7 @@ class Launcher:
         self._freed = asyncio.Event()
         self._draining = False
         self._drain_until = 0.0
+        self._revoked = False
         self.report = LauncherReport()
         self._watch = JobWatch(js, site, chains=self._chains, stop_task=self._stop_task,
                                report=self.report)  # fmt: skip
@@ -124,6 +125,7 @@ class Launcher:
         background = [
             asyncio.create_task(self._reaper.run(reaper_stop)),
             asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop)),
+            asyncio.create_task(self._watch.check_forever(self.session.ttl_s, beat_stop)),
         ]
         kills = []
         if self._nc is not None:
@@ -134,6 +136,9 @@ class Launcher:
         finally:
             if self.session.lost:
                 self._kill_all("session lost: the controller expired it")
+            elif self._revoked:
+                self.report.exit_reason = "credential revoked"
+                self._kill_all("the site's credential was revoked: nothing can be reported")
             else:
                 await self._drain(self.report.exit_reason)
             if self._jobs:
@@ -144,7 +149,7 @@ class Launcher:
             reaper_stop.set()
             beat_stop.set()
             await asyncio.gather(*background, self._watch.settled(), return_exceptions=True)
-            if not self.session.lost:
+            if not self.session.lost and not self._revoked:
                 await self.session.close(self.report.exit_reason)
         return self.report
 
@@ -176,6 +181,11 @@ class Launcher:
         """NATS is back: beat at once, and learn what we missed while we could not hear."""
         self.session.wake()
         self._watch.reconnected()
+
+    def revoked(self) -> None:
+        """NATS refuses the site's credential for good: when the pilot stops, it kills its
+        tasks (their results could never be appended) and stops retrying appends."""
+        self._revoked = True
 
     async def _lease_loop(self, stop: asyncio.Event) -> str:
         sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._site))
@@ -304,7 +314,7 @@ class Launcher:
         tracked = await self._start(item, allocation)
         if isinstance(tracked, str):
             kind, data = start_failure(item, tracked)
-        elif self.session.lost or self._draining:
+        elif self.session.lost or self._revoked or self._draining:
             await self._stop_late_start(item, tracked)
             return
         else:
@@ -406,7 +416,7 @@ class Launcher:
     async def _append(self, event: Event, expect: int) -> int | None:
         until = self._drain_until if self._draining else self.session.deadline
         return await append_patiently(
-            self._log, event, expect, until=until, gone=lambda: self.session.lost
+            self._log, event, expect, until=until, gone=lambda: self.session.lost or self._revoked
         )
 
     # --- stopping -------------------------------------------------------------------------
@@ -423,7 +433,7 @@ class Launcher:
 
     async def _stop_late_start(self, item: WorkItem, tracked: Tracked) -> None:
         """A task that came up after we started draining (or were fenced) must not run."""
-        if self.session.lost:
+        if self.session.lost or self._revoked:
             self._chains.pop(item.key, None)
             tracked.task.kill()
             self.report.fenced += 1
