@@ -63,12 +63,11 @@ from lodestream.schemas.batch import BatchView, apply_batch, fold_batch
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events import BatchJobRequested
-from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.topology import SCHED
 from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 
-SCHED_TYPES: Final = frozenset({"batch.requested", "batch.deletion_requested"})
 RETRY_S: Final = 10.0  # before a delivery that met a busy scheduler or NATS is tried again
 MAX_SUBMIT_TRIES: Final = 5  # a scheduler that never answers a submission: submit_failed
 REBASES: Final = 3
@@ -108,7 +107,7 @@ class PilotScheduler:
         self._settings = settings
         self._cfg = settings.scheduler
         self._site = settings.site
-        self._durable = durable or f"sched-{settings.site}"
+        self._durable = durable or SCHED.durable(settings.site)
         self.scheduler = scheduler
         self._retry_s = retry_s
         self.tracked: dict[uuid.UUID, Tracked] = {}
@@ -118,7 +117,7 @@ class PilotScheduler:
     # --- the loop ---------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> None:
-        sub = await pull_consumer(self._js, EVENTS_STREAM, self._durable)
+        sub = await pull_consumer(self._js, SCHED.stream, self._durable)
         pulling = PullLoop(sub, name="scheduler", batch=16, timeout_s=0.5)
         next_sync = 0.0
         try:
@@ -151,7 +150,7 @@ class PilotScheduler:
     async def handle(self, msg: Any) -> None:
         """Act on one delivery of ``sched-<site>``; :class:`Untrusted` if it is no work here."""
         event = check_own_site(event_from_message(msg.subject, msg.data), self._site)
-        if event.type not in SCHED_TYPES:
+        if not SCHED.carries(event.type):
             raise Untrusted(f"{event.type} hands no work to the scheduler module")
         if isinstance(event, BatchJobRequested):
             await self._on_requested(event, msg)
