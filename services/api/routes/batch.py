@@ -22,6 +22,7 @@ from typing import Annotated, Final
 
 from fastapi import APIRouter, Path, Query
 from sqlalchemy import RowMapping
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lodestream.eventlog import ConflictError
 from lodestream.schemas.batch import FINAL_BATCH_STATES, next_batch_state, request_batch_job
@@ -79,9 +80,7 @@ async def request_pilot(
     """
     budget = waiting.wait_budget(wait_timeout, ctx.settings.api.wait_timeout_s)
     async with ctx.engine.connect() as conn:
-        owned = await queries.list_sites(conn, user, include_removed=False)
-    if not any(row["name"] == site for row in owned):
-        raise NotFound(f"site {site!r} not found")
+        await _own_site(conn, user, site)
     batch_id = event_id = None
     if body.idempotency_key is not None:
         secret = submit.id_secret(ctx.settings)
@@ -110,12 +109,13 @@ async def request_pilot(
 @router.get(
     "/sites/{site}/batch-jobs",
     response_model=list[BatchJobOut],
-    responses=documented(Unauthorized, InvalidInput, Unavailable),
+    responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
 )
 async def list_site_batch_jobs(
     site: SiteName, user: User, db: Db, state: StateFilter = None, limit: Limit = 100
 ) -> list[BatchJobOut]:
-    """The site's batch jobs, newest first; empty for a site that is not the caller's."""
+    """The site's batch jobs, newest first."""
+    await _own_site(db, user, site)
     rows = await queries.list_batch_jobs(db, user, site=site, states=state or (), limit=limit)
     return [BatchJobOut.from_row(r) for r in rows]
 
@@ -186,6 +186,13 @@ async def delete_batch_job(
             continue
         return _accepted(row, appended.seq)
     raise Conflict(f"batch job {batch_id} kept changing; try again")
+
+
+async def _own_site(conn: AsyncConnection, user: str, site: str) -> None:
+    """404 unless ``site`` is one of the caller's live sites (another's is not found either)."""
+    owned = await queries.list_sites(conn, user, include_removed=False)
+    if not any(row["name"] == site for row in owned):
+        raise NotFound(f"site {site!r} not found")
 
 
 def _accepted(row: RowMapping, seq: int, *, duplicate: bool = False) -> BatchJobAccepted:
