@@ -30,8 +30,9 @@ from lodestream.client.config import ClientConfig
 from lodestream.client.sdk import LodeClient
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.fixtures.slurm import SlurmCluster
+from tests.support.processes import terminate
 from tests.support.site import make_site_dir
-from tests.support.stack import Stack, kill_strays, running_stack, terminate
+from tests.support.stack import Stack, kill_strays, running_stack
 
 SITE, OWNER = "alpha", "ada"
 SLOW_FIRST = '''

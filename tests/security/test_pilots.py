@@ -31,7 +31,8 @@ from tests.security.attack import (
     site_connection,
 )
 from tests.security.forge import forged, spec, subject
-from tests.support.stack import SITE_OWNERS, Stack, kill_group, terminate
+from tests.support.processes import terminate
+from tests.support.stack import SITE_OWNERS, Stack, kill_group
 
 pytestmark = pytest.mark.slow
 

@@ -43,10 +43,18 @@ def service_process(
         try:
             yield proc
         finally:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(15)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait()
+            terminate(proc)
+
+
+STOP_TIMEOUT_S = 15.0
+
+
+def terminate(proc: subprocess.Popen[bytes], timeout_s: float = STOP_TIMEOUT_S) -> None:
+    """SIGTERM ``proc``, and SIGKILL it if it has not exited within ``timeout_s``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -52,7 +52,7 @@ from lodestream.settings import NatsSettings
 from tests.fixtures.nats import write_seed
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import TEMPLATE_DATABASE
-from tests.support.processes import TEST_HEARTBEAT_TTL_S, service_env
+from tests.support.processes import TEST_HEARTBEAT_TTL_S, service_env, terminate
 from tests.support.site import make_site_dir
 
 T = TypeVar("T")
@@ -66,7 +66,6 @@ SERVICES: Final = {
     "api": "lodestream.services.api",
 }
 START_TIMEOUT_S: Final = 60.0
-STOP_TIMEOUT_S: Final = 15.0
 
 _databases = itertools.count()
 
@@ -160,16 +159,6 @@ class Stack:
             return subprocess.Popen(
                 argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-
-
-def terminate(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def kill_group(proc: subprocess.Popen[bytes]) -> None:
