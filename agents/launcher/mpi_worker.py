@@ -12,7 +12,7 @@ A batch script may start it so itself, with any number of ranks. Rank 0 plans th
 NATS over wss like any other; every other rank serves the node it was given, or none
 (:mod:`~lodestream.agents.launcher.mpi_serve`), until rank 0 tells it to stop. Rank 0's exit
 status, also written to ``log/<log name>.exit``: 0 when the pilot ended (idle, wall time,
-stopped), 1 when it failed, 2 when it was refused.
+stopped), 1 when it failed, 2 when it was refused, 77 when the site's credential was revoked.
 
 What MPICH's ``mpiexec -disable-auto-cleanup`` does when a rank dies shapes the rest. It
 signals SIGUSR1 to every other rank (its default action would end them too), and from then on
@@ -45,6 +45,7 @@ from lodestream.agents.launcher.mpi_ranks import Assignment, assign_nodes
 from lodestream.agents.launcher.mpi_serve import WorkerLoop
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.site.apps import AppError
+from lodestream.agents.site.credential import EXIT_CREDENTIAL_REVOKED, CredentialRevoked
 from lodestream.agents.site.settings import SiteSettingsError, load_site_settings
 from lodestream.platform_adapters.launchers.local import LocalLauncher
 
@@ -177,6 +178,9 @@ def _rank0(
     except (AppError, PilotRefused, SiteSettingsError) as exc:
         log.error("launcher refused: %s", exc)  # noqa: TRY400 - the reason is the message
         code = 2
+    except CredentialRevoked as exc:  # its tasks were killed: nothing could be reported
+        log.error("launcher: %s", exc)  # noqa: TRY400 - the reason is the message
+        code = EXIT_CREDENTIAL_REVOKED
     except Exception:
         log.exception("launcher failed")
     finally:

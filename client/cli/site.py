@@ -76,6 +76,10 @@ def site_start(
 ) -> None:
     """Run the site agent (apps, hooks, cleaner); stops cleanly on SIGTERM."""
     from lodestream.agents.site.apps import AppError  # noqa: PLC0415
+    from lodestream.agents.site.credential import (  # noqa: PLC0415
+        EXIT_CREDENTIAL_REVOKED,
+        CredentialRevoked,
+    )
     from lodestream.agents.site.main import run  # noqa: PLC0415
     from lodestream.agents.site.settings import SiteSettingsError, load_site_settings  # noqa: PLC0415
 
@@ -100,6 +104,9 @@ def site_start(
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
+    except CredentialRevoked as exc:
+        print_error(exc)
+        raise typer.Exit(EXIT_CREDENTIAL_REVOKED) from exc
 
 
 @site_app.command("stop")
@@ -158,6 +165,10 @@ def launcher(
     from lodestream.agents.launcher.plan import plan_pilot  # noqa: PLC0415
     from lodestream.agents.launcher.workers import run_workers  # noqa: PLC0415
     from lodestream.agents.site.apps import AppError, load_apps  # noqa: PLC0415
+    from lodestream.agents.site.credential import (  # noqa: PLC0415
+        EXIT_CREDENTIAL_REVOKED,
+        CredentialRevoked,
+    )
     from lodestream.agents.site.settings import (  # noqa: PLC0415
         JobMode,
         SiteSettingsError,
@@ -180,6 +191,9 @@ def launcher(
     except (AppError, SiteSettingsError, PilotRefused) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
+    except CredentialRevoked as exc:  # its tasks are killed: nothing could be reported
+        print_error(exc)
+        raise typer.Exit(EXIT_CREDENTIAL_REVOKED) from exc
     console.print(
         f"launcher done ({report.exit_reason}): {report.finished} finished, "
         f"{report.errored} errored, {report.timed_out} timed out, {report.fenced} fenced"
