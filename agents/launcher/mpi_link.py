@@ -199,8 +199,8 @@ class RankLink:
         for rank in self.workers:
             if rank not in self.lost:
                 self.post(rank, Stop(reason))
-        deadline = self._clock() + wait_s
-        while self._clock() < deadline and self._thread.is_alive():
+        deadline = time.monotonic() + wait_s  # a real wait, whatever clock the link is given
+        while time.monotonic() < deadline and self._thread.is_alive():
             with self._lock:
                 if set(self.workers) <= self._gone | set(self.lost):
                     break

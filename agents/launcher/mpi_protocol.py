@@ -103,6 +103,7 @@ _OPS: Final[dict[type[Any], str]] = {
     Assign: "assign", Start: "start", Signal: "signal", Stop: "stop", Started: "started",
     StartRefused: "start_refused", Exited: "exited", Bye: "bye", Ping: "ping",
 }  # fmt: skip
+_CLASSES: Final[dict[str, type[Any]]] = {op: cls for cls, op in _OPS.items()}
 
 
 def encode(message: Message) -> bytes:
@@ -132,6 +133,11 @@ def decode(data: bytes) -> Message:
 
 
 def _decode(doc: dict[str, Any]) -> Message:  # noqa: PLR0911 - one return per kind
+    cls = _CLASSES.get(doc["op"])
+    if cls is None:
+        raise ProtocolError(f"unknown pilot message {doc['op']!r}")
+    if set(doc) != {"op", "v", *cls.__dataclass_fields__}:
+        raise ProtocolError(f"{doc['op']!r}: fields {sorted(doc)}")
     match doc["op"]:
         case "assign":
             node = doc["node"]
@@ -178,7 +184,16 @@ def spec_to_wire(spec: TaskSpec) -> dict[str, Any]:
     }  # fmt: skip
 
 
+_SPEC_FIELDS: Final = frozenset({
+    "job_id", "script", "workdir", "env", "stdout_path", "stderr_path", "ranks_per_node",
+    "threads_per_rank", "threads_per_core", "gpus_per_rank", "launch_params", "argv",
+    "argv_env", "placements",
+})  # fmt: skip
+
+
 def spec_from_wire(doc: Mapping[str, Any]) -> TaskSpec:
+    if not isinstance(doc, dict) or set(doc) != _SPEC_FIELDS:
+        raise ProtocolError("a task spec with other fields than a spec's")
     job_id = _str(doc["job_id"])
     placements = tuple(
         NodePlacement(_str(p["hostname"]), tuple(_int(c) for c in p["cpu_ids"]),
