@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lodestream.agents.launcher.decide import PilotBatch
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.launcher.session import LauncherSession
@@ -20,6 +23,7 @@ from lodestream.eventlog.jetstream import jetstream
 from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
+from lodestream.platform_adapters.schedulers.environment import own_job_id
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +35,7 @@ async def run(
     stop: asyncio.Event | None = None,
     mode: JobMode | None = None,
     plan: PilotPlan | None = None,
+    batch_job_id: uuid.UUID | None = None,
 ) -> LauncherReport:
     """Run one pilot session of the site in ``site_dir`` until it ends (idle, wall time,
     ``stop``): as ``plan`` says, or as its settings say (``mode`` overrides theirs).
@@ -73,13 +78,19 @@ async def run(
         js = jetstream(nc)
         left_min = (deadline - time.monotonic()) / 60  # connecting may have taken a while
         session = LauncherSession(
-            js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=left_min
-        )
+            js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=left_min,
+            batch_job_id=batch_job_id,
+        )  # fmt: skip
+        batch = None
+        if batch_job_id is not None:  # started by the site's scheduler module for that job
+            kind = settings.scheduler.type
+            batch = PilotBatch(batch_job_id, kind, own_job_id(kind, os.environ))
         launcher = Launcher(
             js, site=settings.site, session=session, apps=apps,
             app_launcher=plan.app_launcher, nodes=nodes,
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
+            batch=batch,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)

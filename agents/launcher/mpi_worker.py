@@ -31,6 +31,7 @@ import logging
 import os
 import signal
 import sys
+import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -66,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     hosts: list[str] = comm.allgather(MPI.Get_processor_name())
     channel = MpiChannel(comm)
     if rank == 0:
-        code, clean = _rank0(channel, hosts, args.site, args.wall_time_min)
+        code, clean = _rank0(channel, hosts, args)
         _write_exit(logs / f"{name}.exit", code)
     else:
         code, clean = _worker(channel, rank)
@@ -86,6 +87,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--wall-time-min", type=float, default=60.0, help="Wall time.")
     parser.add_argument("--log-name", default=None,
                         help="Stem of the ranks' log files in the site's log/.")  # fmt: skip
+    parser.add_argument("--batch-job-id", type=uuid.UUID, default=None,
+                        help="The batch job this pilot runs in.")  # fmt: skip
     return parser.parse_args(argv)
 
 
@@ -133,9 +136,8 @@ def _worker(channel: Channel, rank: int) -> tuple[int, bool]:
     return done.code, done.code == 0 and not peer_died
 
 
-def _rank0(
-    channel: Channel, hosts: list[str], site: Path, wall_time_min: float
-) -> tuple[int, bool]:
+def _rank0(channel: Channel, hosts: list[str], args: argparse.Namespace) -> tuple[int, bool]:
+    site: Path = args.site
     try:
         timeout_s, plan, assignment = _plan(site, hosts)
     except (PilotRefused, SiteSettingsError) as exc:
@@ -170,7 +172,8 @@ def _rank0(
     link.start()
     code = 1
     try:
-        report = aio.run(run(site, wall_time_min=wall_time_min, plan=pilot))
+        report = aio.run(run(site, wall_time_min=args.wall_time_min, plan=pilot,
+                             batch_job_id=args.batch_job_id))  # fmt: skip
         log.info("launcher done (%s): %d finished, %d errored, %d timed out, %d fenced",
                  report.exit_reason, report.finished, report.errored, report.timed_out,
                  report.fenced)  # fmt: skip

@@ -23,6 +23,7 @@ import signal
 import subprocess
 import sys
 import threading
+import uuid
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,6 +50,7 @@ def worker_command(
     *,
     wall_time_min: float,
     log_name: str,
+    batch_job_id: uuid.UUID | None = None,
     python: str = sys.executable,
     environ: Mapping[str, str] | None = None,
 ) -> list[str]:
@@ -59,6 +61,8 @@ def worker_command(
     launcher.cpu_bind = "none"  # a rank's jobs use its whole node; binding is theirs to do
     argv = [python, "-m", WORKER_MODULE, "--site", str(site_dir.absolute()),
             "--wall-time-min", f"{wall_time_min:g}", "--log-name", log_name]  # fmt: skip
+    if batch_job_id is not None:
+        argv += ["--batch-job-id", str(batch_job_id)]
     env = dict(os.environ if environ is None else environ)
     spec = TaskSpec(
         job_id="pilot", script=shlex.join(argv), argv=tuple(argv), workdir=Path.cwd(),
@@ -73,13 +77,19 @@ def worker_command(
 
 
 def run_workers(
-    plan: PilotPlan, site_dir: Path, *, wall_time_min: float, echo: Callable[[str], None]
+    plan: PilotPlan,
+    site_dir: Path,
+    *,
+    wall_time_min: float,
+    batch_job_id: uuid.UUID | None,
+    echo: Callable[[str], None],
 ) -> int:
     """Start the ranks, ``echo`` rank 0's log lines until they end; rank 0's exit status
     (the launcher's when rank 0 left none)."""
     name = f"mpi-pilot-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
     logs = site_dir / "log"
-    argv = worker_command(plan, site_dir, wall_time_min=wall_time_min, log_name=name)
+    argv = worker_command(plan, site_dir, wall_time_min=wall_time_min, log_name=name,
+                          batch_job_id=batch_job_id)  # fmt: skip
     echo(f"pilot ranks: {shlex.join(argv)}")
     echo(f"their logs: {logs}/{name}-rank*.log")
     proc = subprocess.Popen(argv, env=dict(os.environ))

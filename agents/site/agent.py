@@ -1,4 +1,5 @@
-"""The site agent: publishes the site's apps, then works ``process-<site>`` until stopped.
+"""The site agent: publishes the site's apps, then works ``process-<site>`` (hooks, cleaner)
+and ``sched-<site>`` (pilot batch jobs, :mod:`lodestream.agents.site.scheduler`) until stopped.
 
 It connects only outbound (wss, the site's nkey) and rides out NATS outages
 with the client's endless reconnects; unacknowledged work is redelivered.
@@ -22,9 +23,11 @@ from lodestream.agents.site.apps import ApplicationDefinition
 from lodestream.agents.site.processing import Processing
 from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.retries import RetryRules
+from lodestream.agents.site.scheduler import PilotScheduler, build_scheduler
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.platform_adapters.schedulers import Scheduler
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.topology import PROCESS
 
@@ -38,6 +41,7 @@ class SiteAgent:
         settings: SiteSettings,
         apps: dict[str, type[ApplicationDefinition]],
         retries: RetryRules | None = None,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self._js = js
         self._settings = settings
@@ -50,6 +54,7 @@ class SiteAgent:
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
             retries=retries or RetryRules.build(settings.processing, apps),
         )  # fmt: skip
+        self.pilots = PilotScheduler(js, settings, scheduler or build_scheduler(settings))
         self.skipped = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -67,9 +72,11 @@ class SiteAgent:
             pending.add(task)
             task.add_done_callback(pending.discard)
 
+        pilots = asyncio.create_task(self.pilots.run(stop))
         try:
             await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
+            await asyncio.gather(pilots, return_exceptions=True)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(nats.errors.Error):

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import typer
@@ -158,6 +159,9 @@ def launcher(
         help="serial (single-rank jobs) or mpi (any job, through the MPI app launcher); "
         "default: the site's launcher.mode.",
     ),
+    batch_job_id: str | None = typer.Option(
+        None, "--batch-job-id", help="The batch job this pilot runs in (set by its job script)."
+    ),
 ) -> None:
     """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
     from lodestream.agents.launcher.errors import PilotRefused  # noqa: PLC0415
@@ -178,6 +182,10 @@ def launcher(
     modes: dict[str | None, JobMode | None] = {None: None, "serial": "serial", "mpi": "mpi"}
     if mode not in modes:
         raise typer.BadParameter("mode must be serial or mpi")
+    try:
+        batch = uuid.UUID(batch_job_id) if batch_job_id is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(f"--batch-job-id {batch_job_id!r} is not a UUID") from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         # Everything this machine must provide is checked here, before connecting.
@@ -186,8 +194,10 @@ def launcher(
         plan = plan_pilot(settings, mode=modes[mode])
         if plan.mpi4py_workers:  # one rank per node; rank 0 is the pilot and reports itself
             echo = functools.partial(err_console.out, highlight=False)
-            raise typer.Exit(run_workers(plan, site, wall_time_min=wall_time_min, echo=echo))
-        report = aio.run(run(site, wall_time_min=wall_time_min, plan=plan))
+            code = run_workers(plan, site, wall_time_min=wall_time_min, batch_job_id=batch,
+                               echo=echo)  # fmt: skip
+            raise typer.Exit(code)
+        report = aio.run(run(site, wall_time_min=wall_time_min, plan=plan, batch_job_id=batch))
     except (AppError, SiteSettingsError, PilotRefused) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc

@@ -138,6 +138,10 @@ batch_jobs = Table(
     _ts("created_at", nullable=False),
     _ts("updated_at", nullable=False),
     Column("last_seq", BigInteger, nullable=False),
+    # Added by migration 0002, hence last.
+    Column("scheduler", Text),  # the adapter (slurm, pbs, local, ...)
+    Column("scheduler_state", Text),  # how the scheduler says it ended (walltime_expired, ...)
+    Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
     schema=READ_SCHEMA,
 )
 Index("batch_jobs_site_state", batch_jobs.c.site, batch_jobs.c.state)

@@ -39,13 +39,21 @@ def spawn(what: str, settings: SiteSettings, log: Path) -> subprocess.Popen[byte
         return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
 
 
-def processes_running(cmdline: bytes) -> list[str]:
-    """Pids whose whole command line is ``cmdline`` (arguments separated by NUL)."""
+def processes_running(cmdline: bytes, under: Path) -> list[str]:
+    """Pids whose whole command line is ``cmdline`` (arguments separated by NUL; the program
+    by its name, as the pilot may exec it by its full path) and whose working directory is
+    below ``under``: this test's tasks, not another run's on the same host."""
+    program, _, args = cmdline.partition(b"\x00")
     found = []
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if (entry / "cmdline").read_bytes() == cmdline + b"\x00":
+                seen, _, seen_args = (entry / "cmdline").read_bytes().partition(b"\x00")
+                if (
+                    Path(seen.decode(errors="replace")).name == program.decode()
+                    and seen_args == args + b"\x00"
+                    and (entry / "cwd").resolve().is_relative_to(under.resolve())
+                ):
                     found.append(entry.name)
             except OSError:
                 continue  # the process ended while we looked
@@ -155,6 +163,9 @@ async def test_killing_a_running_job_stops_its_task(
         pilot = spawn("launcher", site, tmp_path / "pilot.log")
         try:
             await until_all(database_url, [job], "RUNNING", timeout_s=60)
+            async with asyncio.timeout(30):  # the task we are about to kill is seen running
+                while not await asyncio.to_thread(processes_running, b"sleep\x0060", tmp_path):
+                    await asyncio.sleep(0.1)
             async with await psycopg.AsyncConnection.connect(database_url) as conn:
                 cursor = await conn.execute("SELECT last_seq FROM rm.jobs WHERE id = %s", (job,))
                 (last,) = await cursor.fetchone() or (0,)
@@ -162,7 +173,7 @@ async def test_killing_a_running_job_stops_its_task(
             await log.append(kill, expect=int(last))
             await until_all(database_url, [job], "KILLED", timeout_s=20)
             await asyncio.sleep(1.0)
-            sleepers = await asyncio.to_thread(processes_running, b"sleep\x0060")
+            sleepers = await asyncio.to_thread(processes_running, b"sleep\x0060", tmp_path)
             assert sleepers == []
         finally:
             stop(pilot)

@@ -51,9 +51,9 @@ async def kill(js: Any, dsn: str, job: uuid.UUID) -> None:
     await EventLog(js).append(killed, expect=int(last))
 
 
-async def until_task_gone(timeout_s: float = 30) -> None:
+async def until_task_gone(under: Path, timeout_s: float = 30) -> None:
     async with asyncio.timeout(timeout_s):
-        while await asyncio.to_thread(processes_running, b"sleep\x00" + SLEEP.encode()):
+        while await asyncio.to_thread(processes_running, b"sleep\x00" + SLEEP.encode(), under):
             await asyncio.sleep(0.1)
 
 
@@ -100,7 +100,7 @@ async def test_a_kill_issued_while_the_pilot_is_cut_off_stops_the_task_once_it_i
             await link.restore()
 
             await until_logged(caplog, "job.killed while NATS was unreachable")
-            await until_task_gone()
+            await until_task_gone(tmp_path)
             stop.set()
             report = await asyncio.wait_for(pilot, 30)
             events = await settled_history(js, database_url, job)
@@ -132,7 +132,7 @@ async def test_a_kill_the_live_feed_missed_is_found_by_the_periodic_check(
         await kill(js, database_url, job)
 
         await until_logged(caplog, "job.killed (found by the periodic check)")
-        await until_task_gone()
+        await until_task_gone(tmp_path)
         stop.set()
         report = await asyncio.wait_for(pilot, 30)
         events = await settled_history(js, database_url, job)

@@ -132,7 +132,7 @@ def test_offer_places_exactly_what_fits_and_has_time(
 
 LOCAL_SITE = decide.SiteShape(same_nodes=True, same_node_shape=True, described="machine local")
 DESCRIBED = decide.SiteShape(same_node_shape=True, described="machine polaris's nodes")
-BATCH = decide.SiteShape()
+SIZED_BY_ALLOCATION = decide.SiteShape()
 
 
 def request(**resources: int) -> JobRequest:
@@ -146,7 +146,7 @@ def test_a_job_that_fits_is_not_refused(mode: JobMode) -> None:
 
 
 @pytest.mark.parametrize(
-    ("site", "nowhere"), [(LOCAL_SITE, True), (DESCRIBED, False), (BATCH, False)]
+    ("site", "nowhere"), [(LOCAL_SITE, True), (DESCRIBED, False), (SIZED_BY_ALLOCATION, False)]
 )
 def test_more_nodes_than_the_pilot_has_is_nowhere_only_when_every_pilot_has_these(
     site: decide.SiteShape, nowhere: bool
@@ -161,7 +161,7 @@ def test_more_nodes_than_the_pilot_has_is_nowhere_only_when_every_pilot_has_thes
 
 
 @pytest.mark.parametrize(
-    ("site", "nowhere"), [(LOCAL_SITE, True), (DESCRIBED, True), (BATCH, False)]
+    ("site", "nowhere"), [(LOCAL_SITE, True), (DESCRIBED, True), (SIZED_BY_ALLOCATION, False)]
 )
 def test_nodes_too_small_is_nowhere_when_every_node_of_the_site_has_this_shape(
     site: decide.SiteShape, nowhere: bool
@@ -186,7 +186,7 @@ def test_a_serial_pilot_leaves_mpi_jobs_to_an_mpi_pilot(resources: dict[str, int
 def test_a_serial_pilot_runs_single_rank_jobs_of_many_threads() -> None:
     job = request(threads_per_rank=4, node_packing_count=2)
     assert decide.refusal(job, mode="serial", never_fits=None, pilot_nodes=1,
-                          site=BATCH) is None  # fmt: skip
+                          site=SIZED_BY_ALLOCATION) is None  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -423,6 +423,39 @@ def test_a_drained_task_timed_out_with_the_launchers_reason(code: int | None) ->
         attempt=2,
     )
     assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
+
+
+BATCH = uuid.UUID("01900000-0000-7000-8000-0000000000b1")
+
+
+@pytest.mark.parametrize(
+    ("reason", "remaining_s", "verdict"),
+    [
+        ("wall time reached", 0.0, "walltime_expired"),
+        # SIGTERM in the last minute: the scheduler enforcing the wall time.
+        ("stopped", 30.0, "walltime_expired"),
+        ("stopped", 3600.0, "told to stop (deleted, preempted or shut down)"),
+        ("idle", 3600.0, "its pilot exits (idle)"),
+    ],
+)
+def test_a_pilot_in_a_batch_job_names_it_in_the_cause_chain(
+    reason: str, remaining_s: float, verdict: str
+) -> None:
+    batch = decide.PilotBatch(BATCH, "slurm", "1234")
+    outcome = decide.drained(item(), SESSION, reason, -15, batch=batch, remaining_s=remaining_s)
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.cause == (
+        f"launcher {SESSION} drained: {reason}",
+        f"batch job {BATCH} (slurm 1234): {verdict}",
+    )
+    assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
+
+
+def test_a_pilot_that_cannot_tell_its_scheduler_id_names_the_batch_job_alone() -> None:
+    outcome = decide.drained(item(), SESSION, "wall time reached", None,
+                             batch=decide.PilotBatch(BATCH))  # fmt: skip
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.cause[-1] == f"batch job {BATCH}: walltime_expired"
 
 
 def test_a_task_that_came_up_while_draining_timed_out() -> None:
