@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import shlex
 import sys
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -134,11 +135,13 @@ def test_the_ranks_start_one_per_node_through_mpiexec_unbound_and_kept_going(
     tmp_path: Path, bin_dir: Path
 ) -> None:
     mpiexec = stand_in(bin_dir, "mpiexec")
+    batch = uuid.UUID("01900000-0000-7000-8000-0000000000b1")
     argv = worker_command(workers_plan(tmp_path, app_launcher="mpich"), tmp_path / "site",
-                          wall_time_min=30, log_name="mpi-pilot-x", python="/py")  # fmt: skip
+                          wall_time_min=30, log_name="mpi-pilot-x", python="/py",
+                          batch_job_id=batch)  # fmt: skip
     rank = ["/py", "-m", "lodestream.agents.launcher.mpi_worker", "--site",
             str((tmp_path / "site").absolute()), "--wall-time-min", "30",
-            "--log-name", "mpi-pilot-x"]  # fmt: skip
+            "--log-name", "mpi-pilot-x", "--batch-job-id", str(batch)]  # fmt: skip
     assert argv[:-3] == [str(mpiexec), "-n", "2", "-ppn", "1", "-hosts", "localhost,localhost",
                          "-bind-to", "none", "-disable-auto-cleanup"]  # fmt: skip
     assert argv[-2] == "-c"
