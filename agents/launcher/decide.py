@@ -5,7 +5,8 @@ every choice in between is made here, from plain values (the work item, the app'
 published steps, a return code, the session's state), so each can be tested without
 NATS or processes:
 
-* whether to place a delivery here, and what to do with a second delivery of a job held;
+* whether to place a delivery here (or leave it to another pilot, or to none: it can never
+  run at this site), and what to do with a second delivery of a job held;
 * whether the work delivered is the job as submitted;
 * which event takes the lease (it is ``job.started`` itself), and what a task that came
   up too late (draining, or the session lost) must do;
@@ -29,7 +30,8 @@ from pydantic import ValidationError
 
 from lodestream.agents.launcher.report import Tally
 from lodestream.agents.site.apps.pyrun import parse_result
-from lodestream.platform_adapters.packing import Allocation
+from lodestream.agents.site.settings import JobMode
+from lodestream.platform_adapters.packing import Allocation, JobRequest
 from lodestream.schemas.batch import batch_cause
 from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.events import JobFinished, JobRunDone, JobRunErrored, JobRunTimedOut
@@ -57,20 +59,73 @@ class Outcome:
 
 class Offer(Enum):
     PLACE = "place"  # try to allocate it on our nodes now (nak if they are busy)
-    # Nak: another pilot (bigger, or with more time left) may take it.
+    # Nak: another pilot (bigger, in the other mode, or with more time left) may take it.
     NEVER_FITS = "never fits"
     OUT_OF_TIME = "out of time"
+    # No pilot of this site can ever run it: fail the run with the reason, visibly.
+    NOWHERE = "nowhere"
 
 
-def offer(spec: JobSpec, *, never_fits: str | None, remaining_min: float) -> Offer:
-    """Whether to try placing ``spec`` on this pilot's nodes.
+@dataclass(frozen=True, slots=True)
+class SiteShape:
+    """What this pilot knows about every pilot of its site, to tell "not here" from "nowhere".
 
-    ``never_fits`` is the packer's reason why it can never run here (None: it can, once
-    nodes free up); ``remaining_min`` is what is left of the pilot's wall time. A job
-    without a wall time (0) is taken whatever remains.
+    ``same_nodes``: every pilot of the site has exactly these nodes (the ``local`` machine:
+    the site's host, split as its settings say). ``same_node_shape``: every node of every
+    pilot has the shape of these (a machine description that states its nodes' cores).
+    ``described`` names what fixes them, for the job's error.
+    """
+
+    same_nodes: bool = False
+    same_node_shape: bool = False
+    described: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Why a job is not for this pilot; ``nowhere``: nor for any pilot of its site."""
+
+    reason: str
+    nowhere: bool = False
+
+
+def refusal(
+    request: JobRequest,
+    *,
+    mode: JobMode,
+    never_fits: str | None,
+    pilot_nodes: int,
+    site: SiteShape,
+) -> Refusal | None:
+    """Why this pilot must not place ``request``, or None.
+
+    ``never_fits`` is the packer's reason why it can never run on this pilot's
+    ``pilot_nodes`` nodes. Too many nodes is "nowhere" only when every pilot of the site has
+    these nodes; nodes too small, when every node of the site is shaped like these. A serial
+    pilot leaves MPI jobs (more than one node or one rank) to the site's mpi-mode pilots.
     """
     if never_fits is not None:
-        return Offer.NEVER_FITS
+        fixed = site.same_nodes if request.num_nodes > pilot_nodes else site.same_node_shape
+        if fixed:
+            return Refusal(f"{never_fits}; no pilot of this site can run it ({site.described})",
+                           nowhere=True)  # fmt: skip
+        return Refusal(never_fits)
+    if mode == "serial" and (request.num_nodes > 1 or request.ranks_per_node > 1):
+        return Refusal(
+            f"an MPI job ({request.num_nodes} nodes x {request.ranks_per_node} ranks); "
+            "a serial-mode pilot runs single-rank jobs; a pilot in mpi mode takes it"
+        )
+    return None
+
+
+def offer(spec: JobSpec, *, refused: Refusal | None, remaining_min: float) -> Offer:
+    """Whether to try placing ``spec`` on this pilot's nodes.
+
+    ``refused`` is :func:`refusal`'s verdict; ``remaining_min`` is what is left of the
+    pilot's wall time. A job without a wall time (0) is taken whatever remains.
+    """
+    if refused is not None:
+        return Offer.NOWHERE if refused.nowhere else Offer.NEVER_FITS
     if spec.wall_time_min and spec.wall_time_min > remaining_min:
         return Offer.OUT_OF_TIME
     return Offer.PLACE
@@ -158,6 +213,8 @@ class RunEnd:
     runtime_s: float
     stderr_tail: str  # read only when the task failed
     pyrun_result: str | None  # the result file a Python app's wrapper wrote, if any
+    # Why the task's end was never observed (its worker rank was lost); None: it was.
+    lost: str | None = None
 
 
 def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
@@ -167,6 +224,12 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
     its value cannot be stored) makes the run an error naming that: the task's own
     output is what the job's owner must see, never a pilot that drops the result.
     """
+    if end.lost is not None:
+        # Nobody saw how it ended: like a pilot that stopped, not a job that failed, so the
+        # site's handle_timeout decides whether it runs again.
+        data = RunResultData(cause=(end.lost[:TAIL_CHARS],), runtime_s=end.runtime_s,
+                             work=item.spec, attempt=item.attempt)  # fmt: skip
+        return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
     tail = end.stderr_tail
     result: Any = None
     if end.pyrun_result is not None:
@@ -205,11 +268,21 @@ def _unusable_result(item: WorkItem, end: RunEnd, why: str) -> Outcome:
     return Outcome(JobRunErrored, data, Tally.ERRORED)
 
 
-def start_failure(item: WorkItem, reason: str) -> Outcome:
+def start_failure(item: WorkItem, reason: str, cause: str = "task could not start") -> Outcome:
     """The event that reports a task that could not even start; ``reason`` is its error."""
-    data = RunResultData(stderr_tail=reason[-TAIL_CHARS:], cause=("task could not start",),
+    data = RunResultData(stderr_tail=reason[-TAIL_CHARS:], cause=(cause,),
                          work=item.spec, attempt=item.attempt)  # fmt: skip
     return Outcome(JobRunErrored, data, Tally.ERRORED)
+
+
+def unrunnable(item: WorkItem, reason: str) -> Outcome:
+    """The event that reports a job no pilot of its site can ever run (:attr:`Offer.NOWHERE`).
+
+    The pilot takes the lease (with no placement) only to say so on the job's own history;
+    the site's ``handle_error`` and retry budget then fail it, instead of leaving it
+    runnable forever with the reason in some pilot's log.
+    """
+    return start_failure(item, reason, cause="cannot run at this site")
 
 
 @dataclass(frozen=True, slots=True)

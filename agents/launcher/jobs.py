@@ -52,6 +52,10 @@ def task_spec(
 def run_end(item: WorkItem, tracked: Tracked, code: int, data_dir: Path) -> RunEnd:
     """What the pilot can observe of ``tracked``'s run, which ended with exit ``code``."""
     runtime = time.monotonic() - tracked.started
+    lost = tracked.task.lost
+    if lost is not None:  # its runner went away: there is no status or output to read
+        return RunEnd(return_code=code, runtime_s=runtime, stderr_tail="", pyrun_result=None,
+                      lost=lost)  # fmt: skip
     tail = "" if code == 0 else tracked.task.stderr_tail()
     pyrun = data_dir / item.spec.workdir / PYRUN_RESULT
     return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail,

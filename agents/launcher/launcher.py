@@ -42,7 +42,14 @@ from nats.js import JetStreamContext
 
 from lodestream.agents.launcher import decide
 from lodestream.agents.launcher.appends import append_patiently, transient
-from lodestream.agents.launcher.decide import AfterStart, Offer, Outcome, Redelivery
+from lodestream.agents.launcher.decide import (
+    AfterStart,
+    Offer,
+    Outcome,
+    Redelivery,
+    Refusal,
+    SiteShape,
+)
 from lodestream.agents.launcher.jobs import run_end, task_spec
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
@@ -52,6 +59,7 @@ from lodestream.agents.launcher.watch import JobWatch
 from lodestream.agents.launcher.work import JobKey, NotWork, WorkItem, settle, work_item
 from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
 from lodestream.agents.site.retry import retry_until, stopped_within
+from lodestream.agents.site.settings import JobMode
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.compute.base import NodeSpec
@@ -68,6 +76,10 @@ __all__ = ["Launcher", "LauncherReport"]
 
 log = logging.getLogger(__name__)
 NAK_DELAY_S = 0.5
+# A job this pilot can never run: a pilot that can gets it back within this; meanwhile the
+# site's pilots do not hand it round twice a second.
+REFUSED_NAK_DELAY_S = 5.0
+REFUSALS_REMEMBERED = 10_000  # jobs whose refusal was logged (each is logged once)
 LAPSED_POLL_S = 0.25
 
 
@@ -86,6 +98,8 @@ class Launcher:
         max_fetch: int = 256,
         base_env: Mapping[str, str] | None = None,
         nc: Any = None,
+        mode: JobMode = "serial",
+        site_shape: SiteShape | None = None,
         batch: decide.PilotBatch | None = None,
     ) -> None:
         self._js = js
@@ -99,6 +113,9 @@ class Launcher:
         self._app_launcher = app_launcher
         self._nodes = nodes
         self._packer = NodePacker(nodes)
+        self._mode: JobMode = mode
+        self._site_shape = site_shape or SiteShape()
+        self._refusals_logged: set[JobKey] = set()
         self._data_dir = data_dir
         self._idle_ttl_s = idle_ttl_s
         self._idle_from = 0.0  # monotonic: not idle before a deferred retry falls due
@@ -165,7 +182,7 @@ class Launcher:
                  for n in self._nodes]  # fmt: skip
 
         async def attempt() -> bool:
-            await self.session.open(socket.gethostname(), "serial", nodes)
+            await self.session.open(socket.gethostname(), self._mode, nodes)
             return True
 
         try:
@@ -257,14 +274,36 @@ class Launcher:
         if wait > 0:
             await self._defer(item, wait)
             return
-        placing = decide.offer(item.spec, never_fits=self._packer.can_ever_fit(request),
+        refused = decide.refusal(request, mode=self._mode, pilot_nodes=len(self._nodes),
+                                 never_fits=self._packer.can_ever_fit(request),
+                                 site=self._site_shape)  # fmt: skip
+        placing = decide.offer(item.spec, refused=refused,
                                remaining_min=self.session.remaining_min())  # fmt: skip
+        if refused is not None:  # NEVER_FITS here, or NOWHERE at this site
+            await self._refuse(item, refused)
+            return
         allocation = self._packer.allocate(request) if placing is Offer.PLACE else None
         if allocation is None:  # elsewhere, or here once our nodes free up
             await settle(msg.nak(delay=NAK_DELAY_S))
             return
         self._held[item.key] = item
         job = asyncio.create_task(self._run_job(item, allocation))
+        self._jobs.add(job)
+        job.add_done_callback(self._jobs.discard)
+
+    async def _refuse(self, item: WorkItem, refused: Refusal) -> None:
+        """Not for this pilot: leave it to another (nak), or fail it if no pilot can run it."""
+        if item.key not in self._refusals_logged:  # once per job, not once per redelivery
+            if len(self._refusals_logged) >= REFUSALS_REMEMBERED:
+                self._refusals_logged.clear()
+            self._refusals_logged.add(item.key)
+            self.report.refused += 1
+            log.warning("launcher: job %s is not for this pilot: %s", item.job_id, refused.reason)
+        if not refused.nowhere:
+            await settle(item.msg.nak(delay=REFUSED_NAK_DELAY_S))
+            return
+        self._held[item.key] = item
+        job = asyncio.create_task(self._fail_unrunnable(item, refused.reason))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
 
@@ -313,6 +352,18 @@ class Launcher:
             self._held.pop(item.key, None)
             self._packer.release(str(item.job_id))
             self._freed.set()
+
+    async def _fail_unrunnable(self, item: WorkItem, why: str) -> None:
+        """Lease a job no pilot of the site can run, only to record why on its history."""
+        nowhere = Allocation(str(item.job_id), ())  # the lease holds no node
+        try:
+            if await self._submitted(item) and await self._lease(item, nowhere):
+                await self._report(item, decide.unrunnable(item, why))
+        except Exception:
+            log.exception("launcher: job %s failed unexpectedly", item.job_id)
+        finally:
+            self._chains.pop(item.key, None)
+            self._held.pop(item.key, None)
 
     async def _run_leased(self, item: WorkItem, allocation: Allocation) -> None:
         tracked = await self._start(item, allocation)

@@ -14,16 +14,15 @@ from pathlib import Path
 
 from lodestream.agents.launcher.decide import PilotBatch
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
+from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.site.apps import load_apps
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
-from lodestream.agents.site.settings import load_site_settings
+from lodestream.agents.site.settings import JobMode, load_site_settings
 from lodestream.eventlog.jetstream import jetstream
-from lodestream.platform_adapters.compute.discovery import discover_nodes
-from lodestream.platform_adapters.compute.machine import Machine, load_machine
+from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
-from lodestream.platform_adapters.launchers.registry import get_launcher
 from lodestream.platform_adapters.schedulers.environment import own_job_id
 
 log = logging.getLogger(__name__)
@@ -34,23 +33,24 @@ async def run(
     *,
     wall_time_min: float,
     stop: asyncio.Event | None = None,
+    mode: JobMode | None = None,
+    plan: PilotPlan | None = None,
     batch_job_id: uuid.UUID | None = None,
 ) -> LauncherReport:
-    """Run one pilot session until it ends (idle, wall time, ``stop``). Raises
-    :class:`~lodestream.agents.site.credential.CredentialRevoked` once NATS has refused
-    the site's credential for good: its tasks are killed, as nothing can be reported."""
+    """Run one pilot session of the site in ``site_dir`` until it ends (idle, wall time,
+    ``stop``): as ``plan`` says, or as its settings say (``mode`` overrides theirs).
+
+    Raises :class:`~lodestream.agents.launcher.errors.PilotRefused` before connecting if
+    this machine cannot run it, and
+    :class:`~lodestream.agents.site.credential.CredentialRevoked` once NATS has refused the
+    site's credential for good: its tasks are killed, as nothing can be reported."""
     settings = load_site_settings(site_dir)  # errors here are the user's to fix: let them show
     apps = load_apps(settings.apps_dir)
     cfg = settings.launcher
-    machine = load_machine(cfg.machine, base=site_dir)
-    nodes = discover_nodes(
-        machine, virtual_nodes=cfg.virtual_nodes,
-        cores_per_node=cfg.cores_per_node, gpus_per_node=cfg.gpus_per_node,
-    )  # fmt: skip
-    app_launcher = get_launcher(cfg.app_launcher or machine.launcher, machine=machine,
-                                allow_options=cfg.allow_launch_options)  # fmt: skip
-    app_launcher.check_available()  # a missing mpiexec is one error now, not one per job
-    wall_s = await asyncio.to_thread(_wall_time_s, machine, wall_time_min)
+    if plan is None:
+        plan = plan_pilot(settings, mode=mode)
+    nodes = list(plan.nodes)
+    wall_s = await asyncio.to_thread(_wall_time_s, plan.machine, wall_time_min)
     deadline = time.monotonic() + wall_s  # the batch job's clock starts now
     if stop is None:
         stop = asyncio.Event()
@@ -87,13 +87,15 @@ async def run(
             batch = PilotBatch(batch_job_id, kind, own_job_id(kind, os.environ))
         launcher = Launcher(
             js, site=settings.site, session=session, apps=apps,
-            app_launcher=app_launcher, nodes=nodes,
+            app_launcher=plan.app_launcher, nodes=nodes,
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
-            base_env=os.environ, nc=nc, batch=batch,
+            base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
+            batch=batch,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)
-        log.info("launcher %s: %d nodes, %d apps", session.id, len(nodes), len(apps))
+        log.info("launcher %s: %s mode, %d nodes, %d apps, app launcher %s",
+                 session.id, plan.mode, len(nodes), len(apps), plan.app_launcher.name)  # fmt: skip
         report = await launcher.run(stop)
         log.info("launcher %s exits (%s): %s", session.id, report.exit_reason, report)
     finally:

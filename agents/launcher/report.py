@@ -26,6 +26,7 @@ class LauncherReport:
     skipped: int = 0  # deliveries the shared rule refused, or that carried no work
     duplicates: int = 0  # deliveries of a job this pilot already held
     deferred: int = 0  # retries handed back to the server until they fall due
+    refused: int = 0  # jobs this pilot can never run (left to another pilot, or failed)
     exit_reason: str = ""
 
     def count(self, tally: Tally) -> None:

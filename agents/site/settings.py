@@ -12,6 +12,8 @@
       idle_ttl_s: 60
       machine: local             # or polaris, frontier, ...; or the path of a description
       virtual_nodes: 1
+      mode: serial               # or mpi: every job through the app launcher (mpiexec, srun)
+      serial_workers: none       # or mpi4py: serial mode with one worker rank per node
     processing:
       retry_budget: 3            # retries after the first attempt; an app may set its own
       retry_backoff:             # the wait before each retry; an app may override any field
@@ -68,6 +70,12 @@ class SiteNats(_Strict):
 AppLauncherName = Literal[
     "local", "fake", "mpich", "pals", "openmpi", "srun", "aprun", "jsrun", "flux"
 ]
+# serial: single-rank jobs (num_nodes 1, ranks_per_node 1); mpi: any job, each started through
+# an MPI app launcher on the nodes the pilot packs it on (docs/platforms.md, "Pilot modes").
+JobMode = Literal["serial", "mpi"]
+# How a serial-mode pilot runs its jobs on many nodes. none: one process starts every job with
+# the app launcher; mpi4py: one worker rank per node runs that node's jobs, rank 0 leases.
+SerialWorkers = Literal["none", "mpi4py"]
 
 
 class LauncherSettings(_Strict):
@@ -85,6 +93,11 @@ class LauncherSettings(_Strict):
     # Further options (names without dashes) a job's launch_params may pass to the launcher.
     allow_launch_options: tuple[str, ...] = ()
     max_fetch: int = Field(256, ge=1, le=10_000)
+    # The mode of this site's pilots; `lode launcher --mode` overrides it.
+    mode: JobMode = "serial"
+    serial_workers: SerialWorkers = "none"
+    # mpi4py workers: a rank silent for this long is lost, and so are the jobs it ran.
+    worker_timeout_s: float = Field(30.0, ge=1, le=3600)
 
 
 class ProcessingSettings(_Strict):

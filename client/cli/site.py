@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -153,34 +154,51 @@ def site_rm(name: str, state_dir: Path = STATE_DIR_OPTION) -> None:
 def launcher(
     site: Path = typer.Option(..., "--site", help="Site directory."),
     wall_time_min: float = typer.Option(60.0, min=0.1, help="Wall time of this pilot."),
-    mode: str = typer.Option("serial", help="serial, or mpi (needs an MPI app launcher)."),
+    mode: str | None = typer.Option(
+        None,
+        help="serial (single-rank jobs) or mpi (any job, through the MPI app launcher); "
+        "default: the site's launcher.mode.",
+    ),
     batch_job_id: str | None = typer.Option(
         None, "--batch-job-id", help="The batch job this pilot runs in (set by its job script)."
     ),
 ) -> None:
     """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
+    from lodestream.agents.launcher.errors import PilotRefused  # noqa: PLC0415
     from lodestream.agents.launcher.main import run  # noqa: PLC0415
-    from lodestream.agents.site.apps import AppError  # noqa: PLC0415
+    from lodestream.agents.launcher.plan import plan_pilot  # noqa: PLC0415
+    from lodestream.agents.launcher.workers import run_workers  # noqa: PLC0415
+    from lodestream.agents.site.apps import AppError, load_apps  # noqa: PLC0415
     from lodestream.agents.site.credential import (  # noqa: PLC0415
         EXIT_CREDENTIAL_REVOKED,
         CredentialRevoked,
     )
-    from lodestream.agents.site.settings import SiteSettingsError  # noqa: PLC0415
+    from lodestream.agents.site.settings import (  # noqa: PLC0415
+        JobMode,
+        SiteSettingsError,
+        load_site_settings,
+    )
 
-    if mode not in {"serial", "mpi"}:
+    modes: dict[str | None, JobMode | None] = {None: None, "serial": "serial", "mpi": "mpi"}
+    if mode not in modes:
         raise typer.BadParameter("mode must be serial or mpi")
     try:
         batch = uuid.UUID(batch_job_id) if batch_job_id is not None else None
     except ValueError as exc:
         raise typer.BadParameter(f"--batch-job-id {batch_job_id!r} is not a UUID") from exc
-    if mode == "mpi":
-        err_console.print("[red]error:[/red] mpi mode needs an MPI app launcher (mpiexec/srun), "
-                          "which this site's platform does not provide yet")  # fmt: skip
-        raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        report = aio.run(run(site, wall_time_min=wall_time_min, batch_job_id=batch))
-    except (AppError, SiteSettingsError) as exc:
+        # Everything this machine must provide is checked here, before connecting.
+        settings = load_site_settings(site)
+        load_apps(settings.apps_dir)
+        plan = plan_pilot(settings, mode=modes[mode])
+        if plan.mpi4py_workers:  # one rank per node; rank 0 is the pilot and reports itself
+            echo = functools.partial(err_console.out, highlight=False)
+            code = run_workers(plan, site, wall_time_min=wall_time_min, batch_job_id=batch,
+                               echo=echo)  # fmt: skip
+            raise typer.Exit(code)
+        report = aio.run(run(site, wall_time_min=wall_time_min, plan=plan, batch_job_id=batch))
+    except (AppError, SiteSettingsError, PilotRefused) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
     except CredentialRevoked as exc:  # its tasks are killed: nothing could be reported

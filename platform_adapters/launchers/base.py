@@ -173,6 +173,16 @@ class RunningTask(ABC):
         """The end of what the task wrote to stderr, for the job's error event."""
         return read_tail(self.spec.stderr_path, max_bytes)
 
+    @property
+    def lost(self) -> str | None:
+        """Why the task's end could not be observed, once it has a status; None if it was.
+
+        A task run by another process (a worker rank on another node) is lost with that
+        process: its status is then the backend's placeholder, and the job did not fail, its
+        runner did. Tasks this process started itself are never lost.
+        """
+        return None
+
 
 class AppLauncher(ABC):
     """Runs tasks on their allocations, one backend per platform launcher (local, mpiexec, ...)."""

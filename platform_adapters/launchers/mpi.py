@@ -19,11 +19,13 @@ once it has passed SIGTERM on to the ranks (Hydra: 15), rather than ``-SIGTERM``
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from abc import abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from types import MappingProxyType
 from typing import ClassVar
 
 from lodestream.platform_adapters.compute.machine import (
@@ -37,6 +39,7 @@ from lodestream.platform_adapters.launchers.base import TaskSpec, render_env
 from lodestream.platform_adapters.launchers.layout import RankLayout
 from lodestream.platform_adapters.launchers.options import Option, OptionStyle, with_launch_params
 from lodestream.platform_adapters.launchers.process import SubprocessLauncher
+from lodestream.platform_adapters.packing import Allocation
 
 
 class MpiLauncher(SubprocessLauncher):
@@ -44,6 +47,10 @@ class MpiLauncher(SubprocessLauncher):
 
     default_executable: ClassVar[str]
     style: ClassVar[OptionStyle]
+    # The name the launcher is given for a node the pilot knows by another: the local
+    # machine's virtual nodes (``host-v0``, ``host-v1``) are all ``localhost`` to mpiexec.
+    # Only the command line changes; the job sees the pilot's node names.
+    host_aliases: Mapping[str, str] = MappingProxyType({})
 
     def __init__(
         self,
@@ -65,6 +72,7 @@ class MpiLauncher(SubprocessLauncher):
         self.allow_options = frozenset(allow_options)
 
     def render_command(self, spec: TaskSpec) -> list[str]:
+        spec = self._aliased(spec)
         layout = RankLayout.of(spec, self.machine)
         options = self.render_options(spec, layout)
         words = with_launch_params(options, spec.launch_params, self.style, self.allow_options)
@@ -95,6 +103,15 @@ class MpiLauncher(SubprocessLauncher):
     def which(self, path: str | None) -> str | None:
         found = shutil.which(self.executable, path=path)
         return str(Path(found).absolute()) if found is not None else None
+
+    def _aliased(self, spec: TaskSpec) -> TaskSpec:
+        if not self.host_aliases:
+            return spec
+        placements = tuple(
+            dataclasses.replace(p, hostname=self.host_aliases.get(p.hostname, p.hostname))
+            for p in spec.allocation.placements
+        )
+        return dataclasses.replace(spec, allocation=Allocation(spec.job_id, placements))
 
     def option(self, flag: str, value: str | int | None = None) -> Option:
         return self.style.option(flag, None if value is None else str(value))

@@ -52,18 +52,27 @@ _BACKENDS: Final[Mapping[str, _Factory]] = MappingProxyType({
 
 
 def get_launcher(
-    name: str, *, machine: Machine | None = None, allow_options: Iterable[str] = ()
+    name: str,
+    *,
+    machine: Machine | None = None,
+    allow_options: Iterable[str] = (),
+    host_aliases: Mapping[str, str] | None = None,
 ) -> AppLauncher:
     """A new launcher of the backend registered as ``name``, for ``machine`` (its CPU
     numbering, GPU visibility variable and binding; the local host when None).
-    ``allow_options``: further option names a job's ``launch_params`` may use."""
+    ``allow_options``: further option names a job's ``launch_params`` may use.
+    ``host_aliases``: what an MPI launcher calls the nodes the pilot names otherwise
+    (``MpiLauncher.host_aliases``); ignored by backends that start nothing on other hosts."""
     try:
         factory = _BACKENDS[name]
     except KeyError:
         raise UnknownBackend(
             f"no app launcher {name!r}; known: {', '.join(sorted(_BACKENDS))}"
         ) from None
-    return factory(machine, allow_options)
+    launcher = factory(machine, allow_options)
+    if host_aliases and isinstance(launcher, MpiLauncher):
+        launcher.host_aliases = MappingProxyType(dict(host_aliases))
+    return launcher
 
 
 def launcher_names() -> tuple[str, ...]:

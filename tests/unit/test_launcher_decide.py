@@ -27,8 +27,9 @@ from lodestream.agents.launcher.decide import (
 )
 from lodestream.agents.launcher.report import LauncherReport, Tally
 from lodestream.agents.launcher.work import WorkItem
+from lodestream.agents.site.settings import JobMode
 from lodestream.platform_adapters.compute.base import NodePlacement
-from lodestream.platform_adapters.packing import Allocation
+from lodestream.platform_adapters.packing import Allocation, JobRequest
 from lodestream.schemas.events import (
     JobFinished,
     JobRunDone,
@@ -93,34 +94,99 @@ def fold_outcome(outcome: Outcome, view: JobView) -> JobView:
 
 
 def test_a_job_that_can_never_fit_is_left_to_another_pilot() -> None:
-    assert decide.offer(SPEC, never_fits="needs 4 nodes", remaining_min=60) is Offer.NEVER_FITS
+    refused = decide.Refusal("needs 4 nodes")
+    assert decide.offer(SPEC, refused=refused, remaining_min=60) is Offer.NEVER_FITS
+
+
+def test_a_job_no_pilot_of_the_site_can_run_is_failed_here() -> None:
+    refused = decide.Refusal("needs 4 nodes; no pilot of this site can run it", nowhere=True)
+    assert decide.offer(SPEC, refused=refused, remaining_min=60) is Offer.NOWHERE
 
 
 def test_a_job_longer_than_the_pilot_has_left_is_left_to_another_pilot() -> None:
     spec = SPEC.model_copy(update={"wall_time_min": 30})
-    assert decide.offer(spec, never_fits=None, remaining_min=29.5) is Offer.OUT_OF_TIME
-    assert decide.offer(spec, never_fits=None, remaining_min=30) is Offer.PLACE
+    assert decide.offer(spec, refused=None, remaining_min=29.5) is Offer.OUT_OF_TIME
+    assert decide.offer(spec, refused=None, remaining_min=30) is Offer.PLACE
 
 
 @given(st.floats(min_value=-1e6, max_value=1e6, allow_nan=False))
 def test_a_job_without_a_wall_time_is_placed_whatever_time_remains(remaining: float) -> None:
-    assert decide.offer(SPEC, never_fits=None, remaining_min=remaining) is Offer.PLACE
+    assert decide.offer(SPEC, refused=None, remaining_min=remaining) is Offer.PLACE
 
 
 @given(
     wall=st.integers(0, 60 * 24 * 30),
     remaining=st.floats(min_value=-1e6, max_value=1e6, allow_nan=False),
-    never=st.none() | st.text(max_size=5),
+    never=st.none() | st.builds(decide.Refusal, st.text(max_size=5), st.booleans()),
 )
 def test_offer_places_exactly_what_fits_and_has_time(
-    wall: int, remaining: float, never: str | None
+    wall: int, remaining: float, never: decide.Refusal | None
 ) -> None:
     spec = SPEC.model_copy(update={"wall_time_min": wall})
-    verdict = decide.offer(spec, never_fits=never, remaining_min=remaining)
+    verdict = decide.offer(spec, refused=never, remaining_min=remaining)
     fits_in_time = never is None and (wall == 0 or wall <= remaining)
     assert (verdict is Offer.PLACE) == fits_in_time
-    if never is not None:
-        assert verdict is Offer.NEVER_FITS  # the packer's verdict comes first
+    if never is not None:  # the refusal comes first
+        assert verdict is (Offer.NOWHERE if never.nowhere else Offer.NEVER_FITS)
+
+
+LOCAL_SITE = decide.SiteShape(same_nodes=True, same_node_shape=True, described="machine local")
+DESCRIBED = decide.SiteShape(same_node_shape=True, described="machine polaris's nodes")
+SIZED_BY_ALLOCATION = decide.SiteShape()
+
+
+def request(**resources: int) -> JobRequest:
+    return JobRequest("j", **resources)
+
+
+@pytest.mark.parametrize("mode", ["serial", "mpi"])
+def test_a_job_that_fits_is_not_refused(mode: JobMode) -> None:
+    assert decide.refusal(request(), mode=mode, never_fits=None, pilot_nodes=2,
+                          site=LOCAL_SITE) is None  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("site", "nowhere"), [(LOCAL_SITE, True), (DESCRIBED, False), (SIZED_BY_ALLOCATION, False)]
+)
+def test_more_nodes_than_the_pilot_has_is_nowhere_only_when_every_pilot_has_these(
+    site: decide.SiteShape, nowhere: bool
+) -> None:
+    refused = decide.refusal(request(num_nodes=3), mode="mpi", never_fits="needs 3 nodes",
+                             pilot_nodes=2, site=site)  # fmt: skip
+    assert refused is not None
+    assert refused.nowhere is nowhere
+    assert refused.reason.startswith("needs 3 nodes")
+    if nowhere:
+        assert "no pilot of this site can run it (machine local)" in refused.reason
+
+
+@pytest.mark.parametrize(
+    ("site", "nowhere"), [(LOCAL_SITE, True), (DESCRIBED, True), (SIZED_BY_ALLOCATION, False)]
+)
+def test_nodes_too_small_is_nowhere_when_every_node_of_the_site_has_this_shape(
+    site: decide.SiteShape, nowhere: bool
+) -> None:
+    refused = decide.refusal(request(ranks_per_node=64), mode="mpi", pilot_nodes=2, site=site,
+                             never_fits="needs 64 cpus and 0 gpus on one node")  # fmt: skip
+    assert refused is not None
+    assert refused.nowhere is nowhere
+
+
+@pytest.mark.parametrize("resources", [{"num_nodes": 2}, {"ranks_per_node": 2}])
+def test_a_serial_pilot_leaves_mpi_jobs_to_an_mpi_pilot(resources: dict[str, int]) -> None:
+    job = request(**resources)
+    refused = decide.refusal(job, mode="serial", never_fits=None, pilot_nodes=4, site=LOCAL_SITE)
+    assert refused is not None
+    assert not refused.nowhere  # a pilot of the site in mpi mode takes it
+    assert "mpi mode" in refused.reason
+    assert decide.refusal(job, mode="mpi", never_fits=None, pilot_nodes=4,
+                          site=LOCAL_SITE) is None  # fmt: skip
+
+
+def test_a_serial_pilot_runs_single_rank_jobs_of_many_threads() -> None:
+    job = request(threads_per_rank=4, node_packing_count=2)
+    assert decide.refusal(job, mode="serial", never_fits=None, pilot_nodes=1,
+                          site=SIZED_BY_ALLOCATION) is None  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -323,6 +389,27 @@ def test_a_task_that_could_not_start_is_an_error_with_the_reason(reason: str) ->
     assert outcome.data.stderr_tail == reason[-TAIL_CHARS:]
     assert (outcome.data.work, outcome.data.attempt) == (SPEC, 2)
     assert fold_outcome(outcome, running()).state is JobState.RUN_ERROR
+
+
+def test_a_job_no_pilot_can_run_is_an_error_of_the_site_with_the_reason() -> None:
+    why = "needs 3 nodes; this pilot has 2; no pilot of this site can run it (machine local)"
+    outcome = decide.unrunnable(item(), why)
+    assert (outcome.kind, outcome.tally) == (JobRunErrored, Tally.ERRORED)
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.cause == ("cannot run at this site",)
+    assert outcome.data.stderr_tail == why
+    assert fold_outcome(outcome, running()).state is JobState.RUN_ERROR
+
+
+@pytest.mark.parametrize("code", [0, 1, -9])
+def test_a_task_whose_runner_was_lost_timed_out_whatever_its_status(code: int) -> None:
+    lost = "worker rank 2 (node n2) lost: silent for 30 s"
+    ended = RunEnd(return_code=code, runtime_s=4.0, stderr_tail="ignored", pyrun_result="{}",
+                   lost=lost)  # fmt: skip
+    outcome = decide.run_result(item(attempt=3), ended, app())
+    assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
+    assert outcome.data == RunResultData(cause=(lost,), runtime_s=4.0, work=SPEC, attempt=3)
+    assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
 
 
 @pytest.mark.parametrize("code", [None, -15, 0])
