@@ -1,5 +1,8 @@
 """The site agent: publishes the site's apps, then works ``process-<site>`` until stopped.
 
+With ``elastic.enabled`` it also runs the site's elastic queue (``agents/site/elastic/``)
+beside it, every ``elastic.period_s``.
+
 It connects only outbound (wss, the site's nkey) and rides out NATS outages
 with the client's endless reconnects; unacknowledged work is redelivered.
 A delivery the shared rule refuses (:mod:`lodestream.schemas.trust`) is terminated, so it is
@@ -19,12 +22,14 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.elastic import ElasticQueue, ScalerLog
 from lodestream.agents.site.processing import Processing
 from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.platform_adapters.schedulers.base import Scheduler
 from lodestream.schemas.errors import Untrusted
 
 log = logging.getLogger(__name__)
@@ -37,6 +42,8 @@ class SiteAgent:
         settings: SiteSettings,
         apps: dict[str, type[ApplicationDefinition]],
         retries: RetryRules | None = None,
+        *,
+        scheduler: Scheduler | None = None,
     ) -> None:
         self._js = js
         self._settings = settings
@@ -49,6 +56,11 @@ class SiteAgent:
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
             retries=retries or RetryRules.build(settings.processing, apps),
         )  # fmt: skip
+        self.elastic = (
+            ElasticQueue(ScalerLog(js, settings.site), settings.site, settings.elastic, scheduler)
+            if settings.elastic.enabled
+            else None
+        )
         self.skipped = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -59,6 +71,7 @@ class SiteAgent:
         pulling = PullLoop(sub, name="site agent", batch=64, timeout_s=0.5)
         workers = asyncio.Semaphore(self._settings.processing.workers)
         pending: set[asyncio.Task[None]] = set()
+        elastic = asyncio.create_task(self.elastic.run(stop)) if self.elastic else None
 
         async def dispatch(msg: Msg) -> None:
             await workers.acquire()  # at most ``workers`` hooks at once; the rest wait in order
@@ -69,6 +82,10 @@ class SiteAgent:
         try:
             await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
+            if elastic is not None:
+                if not stop.is_set():  # the pull loop failed: the queue would go on alone
+                    elastic.cancel()
+                await asyncio.gather(elastic, return_exceptions=True)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(nats.errors.Error):

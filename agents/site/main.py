@@ -9,6 +9,7 @@ from pathlib import Path
 from lodestream.agents.site.agent import SiteAgent
 from lodestream.agents.site.apps import load_apps
 from lodestream.agents.site.connect import connect_site_patiently, disconnect
+from lodestream.agents.site.elastic import backfill_scheduler
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
@@ -18,6 +19,7 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
     settings = load_site_settings(site_dir)  # a malformed settings.yml or app fails here, clearly
     apps = load_apps(settings.apps_dir)
     retries = RetryRules.build(settings.processing, apps)  # an app's bad retry_backoff, too
+    scheduler = backfill_scheduler(settings)  # and a backfill the site's scheduler cannot tell
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -27,6 +29,6 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
     if nc is None:
         return  # stopped before NATS answered
     try:
-        await SiteAgent(jetstream(nc), settings, apps, retries).run(stop)
+        await SiteAgent(jetstream(nc), settings, apps, retries, scheduler=scheduler).run(stop)
     finally:
         await disconnect(nc)

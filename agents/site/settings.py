@@ -18,6 +18,14 @@
         factor: 2
         max_s: 600
         jitter: 0.2
+    elastic:                     # the elastic queue: off unless enabled
+      enabled: true
+      period_s: 60
+      queue: debug
+      project: myproject
+      min_nodes: 1
+      max_nodes: 8
+      max_queued_jobs: 2
 
 Only entry points (``lode site start``, ``lode launcher``) read the file.
 """
@@ -31,6 +39,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
+from lodestream.schemas.events.scaler import ScalerLimits
 from lodestream.schemas.retry import RetryBackoff
 from lodestream.schemas.subjects import SiteSlug
 
@@ -83,6 +92,21 @@ class CleanerSettings(_Strict):
     interval_s: float = Field(30.0, gt=0)
 
 
+class ElasticSettings(ScalerLimits):
+    """The elastic queue (``agents/site/elastic/``): the policy's limits, and when to decide.
+
+    The limits are recorded in every decision as they were (``scaler.decided``); see
+    ``docs/user-guide.md`` for what each means.
+    """
+
+    enabled: bool = False
+    period_s: float = Field(60.0, ge=1, le=86_400)
+
+    @property
+    def limits(self) -> ScalerLimits:
+        return ScalerLimits.model_validate(self.model_dump(exclude={"enabled", "period_s"}))
+
+
 class SiteSettings(_Strict):
     site: SiteSlug
     nats: SiteNats
@@ -90,6 +114,7 @@ class SiteSettings(_Strict):
     launcher: LauncherSettings = LauncherSettings()
     processing: ProcessingSettings = ProcessingSettings()
     cleaner: CleanerSettings = CleanerSettings()
+    elastic: ElasticSettings = ElasticSettings()
     directory: Path = Path()
 
     @property
