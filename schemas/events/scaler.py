@@ -31,7 +31,7 @@ MAX_BACKLOG_BATCH_JOBS: Final = 1000
 MAX_NODES: Final = 1_000_000
 MAX_WALL_TIME_MIN: Final = 60 * 24 * 365
 
-Text = Annotated[str, StringConstraints(max_length=4096, pattern=NUL_FREE_PATTERN)]
+Text = Annotated[str, StringConstraints(pattern=NUL_FREE_PATTERN)]
 # A queue or project becomes one word of a scheduler's command line and a script directive.
 SchedulerWord = Annotated[
     str, StringConstraints(max_length=256, pattern=r"^(?:[A-Za-z0-9_][A-Za-z0-9_.:@+=/-]*)?$")

@@ -21,6 +21,7 @@ from typing import Final
 
 import psycopg
 from nats.errors import Error as NatsError
+from pydantic import ValidationError
 
 from lodestream.eventlog import EventLog, EventLogError, Rejected
 from lodestream.schemas.events.scaler import ScalerBacklog, ScalerBacklogData
@@ -71,9 +72,13 @@ class BacklogFeed:
         batch_seqs = await self._reads.batch_seqs(sites)
         events = []
         for site in sites:
-            data = snapshot(
-                site, as_of, backlogs.get(site), batch.get(site, []), batch_seqs.get(site, 0)
-            )
+            try:
+                data = snapshot(
+                    site, as_of, backlogs.get(site), batch.get(site, []), batch_seqs.get(site, 0)
+                )
+            except ValidationError as exc:  # one site's odd rows must not stop the others'
+                log.warning("controller backlog feed: no backlog for %s: %s", site, exc)
+                continue
             previous = self._published.get(site) or stored_backlog(scalers[site])
             if changed(data, previous):
                 events.append(backlog_event(site, data))
