@@ -61,9 +61,8 @@ class ScalerBacklogData(EventData):
 
     ``node_footprint`` is the sum of num_nodes / node_packing_count over those jobs: the nodes they
     need at once. ``node_minutes`` weights each by its wall time; ``max_wall_time_min`` is the
-    longest (0: no job says). ``batch_seq`` is the newest sequence of any of the site's batch
-    jobs, ended ones included, so that every batch event changes the backlog and a fresh one
-    follows it. Everything was read after the projector had applied ``as_of_seq``.
+    longest (0: no job says). Everything was read after the projector had applied
+    ``as_of_seq``.
     """
 
     as_of_seq: int = Field(ge=0, le=INT64_MAX)
@@ -72,7 +71,6 @@ class ScalerBacklogData(EventData):
     node_minutes: float = Field(0.0, ge=0, le=1e18, allow_inf_nan=False)
     max_wall_time_min: int = Field(0, ge=0, le=INT32_MAX)
     batch_jobs: tuple[ScalerBatchJob, ...] = Field((), max_length=MAX_BACKLOG_BATCH_JOBS)
-    batch_seq: int = Field(0, ge=0, le=INT64_MAX)
 
     def same_as(self, other: ScalerBacklogData | None) -> bool:
         """Equal but for ``as_of_seq``: nothing a site decides on has changed."""

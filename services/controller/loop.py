@@ -48,7 +48,7 @@ from lodestream.schemas.trust import (
     heartbeat_message,
 )
 from lodestream.services.controller import decide
-from lodestream.services.controller.backlog import BacklogFeed
+from lodestream.services.controller.backlog import BacklogFeed, newest_batch_seq
 from lodestream.services.controller.decide import Append
 from lodestream.services.controller.errors import ReadModelLag
 from lodestream.services.controller.reads import ReadModel
@@ -141,7 +141,7 @@ class Controller:
         # The elastic queues' backlog, on a connection of its own (its queries must not
         # interleave with a batch's); 0 turns it off.
         self.backlog = (
-            BacklogFeed(ReadModel(dsn), self._log, period_s=scaler_period_s)
+            BacklogFeed(ReadModel(dsn), self._log, newest_batch_seq(js), period_s=scaler_period_s)
             if scaler_period_s > 0
             else None
         )

@@ -106,11 +106,6 @@ _OPEN_BATCH_JOBS: Final = Compiled.of(
            batch_jobs.c.state == any_(bindparam("states")))
     .order_by(batch_jobs.c.site, batch_jobs.c.created_at.desc(), batch_jobs.c.id)
 )  # fmt: skip
-_BATCH_SEQ: Final = Compiled.of(
-    select(batch_jobs.c.site, func.max(batch_jobs.c.last_seq))
-    .where(batch_jobs.c.site == any_(bindparam("sites")))
-    .group_by(batch_jobs.c.site)
-)
 
 
 def spec_from_row(row: tuple[Any, ...]) -> JobSpec:
@@ -238,9 +233,3 @@ class ReadModel:
         for site, *row in await cursor.fetchall():
             found.setdefault(str(site), []).append(BatchRow(*row))
         return found
-
-    async def batch_seqs(self, sites: list[str]) -> dict[str, int]:
-        """The newest sequence of any batch job of each site, ended ones included."""
-        conn = await self._c()
-        cursor = await conn.execute(_BATCH_SEQ.sql, _BATCH_SEQ.params(sites=sites))
-        return {str(r[0]): int(r[1]) for r in await cursor.fetchall()}

@@ -3,7 +3,7 @@
 Sites cannot read Postgres, so the controller, which can, reads each elastic site's runnable
 backlog and open batch jobs (``reads.py``) and hands them over as an event on the site's own
 scaler subject, where the site's key may direct-get it. :func:`snapshot` turns the rows into
-the event's data and :func:`changed` says whether it is worth an event; the loop is in
+the event's data and :func:`due` says whether it is worth an event; the loop is in
 ``backlog.py``.
 """
 
@@ -53,11 +53,7 @@ class BatchRow:
 
 
 def snapshot(
-    site: str,
-    as_of_seq: int,
-    backlog: BacklogRow | None,
-    batch: Sequence[BatchRow],
-    batch_seq: int,
+    site: str, as_of_seq: int, backlog: BacklogRow | None, batch: Sequence[BatchRow]
 ) -> ScalerBacklogData:
     """The backlog event's data; ``batch`` newest first (only the newest are listed)."""
     backlog = backlog or BacklogRow(0, 0.0, 0.0, 0)
@@ -76,13 +72,22 @@ def snapshot(
             )
             for row in batch[:MAX_BACKLOG_BATCH_JOBS]
         ),
-        batch_seq=batch_seq,
     )  # fmt: skip
 
 
-def changed(data: ScalerBacklogData, previous: ScalerBacklogData | None) -> bool:
-    """Worth an event: anything a site decides on differs from what it last got."""
-    return not data.same_as(previous)
+def due(data: ScalerBacklogData, previous: ScalerBacklogData | None, newest_batch_seq: int) -> bool:
+    """Worth an event: what the site decides on changed since it last got a backlog, or the
+    projector has passed the site's newest batch event since (``newest_batch_seq``).
+
+    The second is for the elastic queue, which decides again only on a backlog that has seen
+    the batch events of its last decision. Most of those change the backlog anyway; one that
+    changes nothing (a deletion requested as the job ended, refused by the fold) must not
+    leave it waiting.
+    """
+    if not data.same_as(previous):
+        return True
+    assert previous is not None  # same_as(None) is False
+    return previous.as_of_seq < newest_batch_seq <= data.as_of_seq
 
 
 def stored_backlog(value: Any) -> ScalerBacklogData | None:

@@ -52,16 +52,10 @@ _OPS: Final[dict[str, LiteralString]] = {
                 %(project)s, %(job_mode)s, %(filter_tags)s, %(at)s, %(at)s, %(seq)s,
                 %(requested_by)s)
         ON CONFLICT (id) DO NOTHING""",
-    # A batch job that ended stays ended: a deletion requested as it ended (the race every
-    # deleter meets) or a late report must not make it look open again.
     "batch_state": """
-        UPDATE {s}.batch_jobs SET
-            state = CASE WHEN state IN ('finished', 'submit_failed') THEN state
-                         ELSE %(state)s END,
+        UPDATE {s}.batch_jobs SET state = %(state)s,
             scheduler_id = COALESCE(%(scheduler_id)s, scheduler_id),
-            exit_code = COALESCE(%(exit_code)s, exit_code),
-            reason = CASE WHEN state IN ('finished', 'submit_failed') THEN reason
-                          ELSE COALESCE(%(reason)s, reason) END,
+            exit_code = COALESCE(%(exit_code)s, exit_code), reason = COALESCE(%(reason)s, reason),
             updated_at = %(at)s, last_seq = %(seq)s
         WHERE id = %(id)s AND site = %(site)s""",
     "scaler_backlog": """

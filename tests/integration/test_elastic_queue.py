@@ -25,9 +25,11 @@ from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.natsconn import connect
 from lodestream.platform_adapters.schedulers import BackfillWindow, FakeScheduler
 from lodestream.schemas.codec import decode
-from lodestream.schemas.events import JobKilled
+from lodestream.schemas.events import BatchJobDeletionRequested, BatchJobRequested, JobKilled
+from lodestream.schemas.events.batch import BatchRequestData
 from lodestream.schemas.events.scaler import ScalerDecided
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.controller.backlog import newest_batch_seq
 from lodestream.services.controller.loop import Controller
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import submit, until_all
@@ -299,3 +301,27 @@ async def test_the_site_agent_runs_the_elastic_queue_when_enabled(
             await asyncio.wait_for(agent, 15)
         [(_, state, nodes, wall, *_)] = await batch_jobs(database_url)
         assert (state, nodes, wall) == ("requested", 1, 10)
+
+
+async def test_the_controller_finds_a_sites_newest_batch_event_whatever_its_type(
+    js: JetStreamContext,
+) -> None:
+    log = EventLog(js)
+    first = await log.append(
+        BatchJobRequested.create(site=SITE, aggregate_id=uuid.uuid4(), actor="site:alpha",
+                                 data=BatchRequestData(num_nodes=1, wall_time_min=5)),
+        expect=0,
+    )  # fmt: skip
+    deleted = await log.append(
+        BatchJobDeletionRequested.create(site=SITE, aggregate_id=first.event.aggregate_id,
+                                         actor="site:alpha"),
+        expect=None,
+    )  # fmt: skip
+    await log.append(
+        BatchJobRequested.create(site=OTHER, aggregate_id=uuid.uuid4(), actor="site:beta",
+                                 data=BatchRequestData(num_nodes=1, wall_time_min=5)),
+        expect=0,
+    )  # fmt: skip
+    newest = newest_batch_seq(js)
+    assert await newest(SITE) == deleted.seq
+    assert await newest("gamma") == 0

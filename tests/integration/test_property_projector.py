@@ -107,7 +107,6 @@ def _history(job: uuid.UUID, session: uuid.UUID) -> list[Event]:
         as_of_seq=5, runnable_jobs=3, node_footprint=1.5, node_minutes=45.0, max_wall_time_min=30,
         batch_jobs=(ScalerBatchJob(id=batch, state="queued", num_nodes=2, wall_time_min=30,
                                    queue="q", requested_at=AT, elastic=True),),
-        batch_seq=4,
     )  # fmt: skip
 
     def ev(cls: type[Event], actor: str, data: Any, aggregate: uuid.UUID = job) -> Event:
