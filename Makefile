@@ -17,11 +17,23 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lodestream needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,demo]'
+	$(BIN)/pip install --quiet -e '.[dev,demo,mpi]'
 	@touch $(STAMP)
 
 .PHONY: venv
-venv: $(STAMP) ## Create the virtualenv and install lodestream with dev extras
+venv: $(STAMP) ## Create the virtualenv and install lodestream with dev, demo and mpi extras
+
+SLURM_PACKAGES := slurmctld slurmd slurm-client
+
+.PHONY: slurm-deps
+slurm-deps: ## Install Debian's Slurm daemons and clients for the real-Slurm tests (as root)
+	@if command -v slurmctld >/dev/null && command -v slurmd >/dev/null && command -v sbatch >/dev/null; then \
+	  echo "Slurm is installed: $$(slurmctld -V)"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "run as root (the tests start slurmctld/slurmd as root): sudo make slurm-deps" >&2; exit 1; \
+	else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES); \
+	fi
 
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict

@@ -6,6 +6,7 @@ import contextlib
 import logging
 import ssl
 import time
+from collections.abc import Callable
 from typing import Any
 
 from nats.aio.client import Client
@@ -48,12 +49,20 @@ def client_tls(ca_file: str | None) -> ssl.SSLContext | None:
     return context
 
 
-async def connect(settings: NatsSettings, **overrides: Any) -> Client:
-    """Connect with endless reconnects: a service outlives any NATS outage."""
+async def connect(
+    settings: NatsSettings, *, on_error: Callable[[Exception], None] | None = None, **overrides: Any
+) -> Client:
+    """Connect with endless reconnects: a service outlives any NATS outage.
+
+    ``on_error`` is told every error the connection reports (a refused credential, a failed
+    reconnect, …) before it is logged.
+    """
 
     last: dict[str, float] = {}
 
-    async def on_error(exc: Exception) -> None:
+    async def report(exc: Exception) -> None:
+        if on_error is not None:
+            on_error(exc)
         # During an outage every reconnect attempt fails the same way, twice a second per
         # client: say it once a minute.
         what = f"{type(exc).__name__}: {exc}"
@@ -68,7 +77,7 @@ async def connect(settings: NatsSettings, **overrides: Any) -> Client:
         "inbox_prefix": settings.inbox_prefix,
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 0.5,
-        "error_cb": on_error,
+        "error_cb": report,
     }
     if settings.user is not None:
         options["user"] = settings.user

@@ -65,7 +65,7 @@ class DiscoveryError(PlatformError, ValueError):
     batch allocation (or the scheduler's answer about it) cannot be read."""
 
 
-class InvalidHostlist(DiscoveryError):
+class InvalidHostlist(DiscoveryError, ValueError):
     """A hostlist (``nid[001-003,007]``) or id range (``1-3,7``) cannot be expanded."""
 
 

@@ -47,6 +47,12 @@ def aggregate_filter(site: str, kind: str, aggregate_id: uuid.UUID | str) -> str
     return f"evt.{site}.{kind}.{aggregate_id}.*"
 
 
+def type_filter(site: str, event_type: str) -> str:
+    """The filter for every event of ``event_type`` at ``site`` (``*``: at every site)."""
+    kind, _, name = event_type.partition(".")
+    return f"evt.{site}.{kind}.*.{name}"
+
+
 def heartbeat_subject(site: str, session_id: uuid.UUID | str) -> str:
     return f"hb.{site}.{session_id}"
 

@@ -1,8 +1,9 @@
-"""Shared fixtures: real nats-server and Postgres processes on free loopback ports."""
+"""Shared fixtures: real nats-server, Postgres and Slurm processes on free loopback ports."""
 
 pytest_plugins = [
     "tests.fixtures.ports",
     "tests.fixtures.nats",
     "tests.fixtures.postgres",
     "tests.fixtures.api",
+    "tests.fixtures.slurm",
 ]

@@ -62,6 +62,7 @@ from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobStarted
 from lodestream.schemas.resources import NodeInfo
 from lodestream.schemas.retry import MAX_BACKOFF_S
+from lodestream.schemas.topology import KILLS, LAUNCH
 
 __all__ = ["Launcher", "LauncherReport"]
 
@@ -111,6 +112,7 @@ class Launcher:
         self._freed = asyncio.Event()
         self._draining = False
         self._drain_until = 0.0
+        self._revoked = False
         self.report = LauncherReport()
         self._watch = JobWatch(js, site, chains=self._chains, stop_task=self._stop_task,
                                report=self.report)  # fmt: skip
@@ -127,28 +129,31 @@ class Launcher:
         background = [
             asyncio.create_task(self._reaper.run(reaper_stop)),
             asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop)),
+            asyncio.create_task(self._watch.check_forever(self.session.ttl_s, beat_stop)),
         ]
-        kills = None
+        kills = []
         if self._nc is not None:
-            kills = await self._nc.subscribe(
-                f"evt.{self._site}.job.*.killed", cb=self._watch.on_killed
-            )
+            for subject in KILLS.filter_subjects(self._site):
+                kills.append(await self._nc.subscribe(subject, cb=self._watch.on_killed))
         try:
             self.report.exit_reason = await self._lease_loop(stop)
         finally:
             if self.session.lost:
                 self._kill_all("session lost: the controller expired it")
+            elif self._revoked:
+                self.report.exit_reason = "credential revoked"
+                self._kill_all("the site's credential was revoked: nothing can be reported")
             else:
                 await self._drain(self.report.exit_reason)
             if self._jobs:
                 await asyncio.gather(*self._jobs, return_exceptions=True)
-            if kills is not None:
+            for kill_sub in kills:
                 with contextlib.suppress(nats.errors.Error):
-                    await kills.unsubscribe()
+                    await kill_sub.unsubscribe()
             reaper_stop.set()
             beat_stop.set()
             await asyncio.gather(*background, self._watch.settled(), return_exceptions=True)
-            if not self.session.lost:
+            if not self.session.lost and not self._revoked:
                 await self.session.close(self.report.exit_reason)
         return self.report
 
@@ -181,8 +186,13 @@ class Launcher:
         self.session.wake()
         self._watch.reconnected()
 
+    def revoked(self) -> None:
+        """NATS refuses the site's credential for good: when the pilot stops, it kills its
+        tasks (their results could never be appended) and stops retrying appends."""
+        self._revoked = True
+
     async def _lease_loop(self, stop: asyncio.Event) -> str:
-        sub = await pull_consumer(self._js, "EVENTS", f"launch-{self._site}")
+        sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._site))
         pulling = PullLoop(sub, name="launcher", batch=self._fetch_size, timeout_s=0.25)
         idle_since = time.monotonic()
         try:
@@ -307,7 +317,7 @@ class Launcher:
         if isinstance(tracked, str):
             await self._report(item, decide.start_failure(item, tracked))
             return
-        match decide.after_start(lost=self.session.lost, draining=self._draining):
+        match decide.after_start(lost=self.session.lost or self._revoked, draining=self._draining):
             case AfterStart.KILL:  # fenced: the job is someone else's now
                 self._chains.pop(item.key, None)
                 tracked.task.kill()
@@ -404,7 +414,7 @@ class Launcher:
     async def _append(self, event: Event, expect: int) -> int | None:
         until = self._drain_until if self._draining else self.session.deadline
         return await append_patiently(
-            self._log, event, expect, until=until, gone=lambda: self.session.lost
+            self._log, event, expect, until=until, gone=lambda: self.session.lost or self._revoked
         )
 
     # --- stopping -------------------------------------------------------------------------

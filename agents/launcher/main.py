@@ -14,7 +14,7 @@ from pathlib import Path
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.site.apps import load_apps
-from lodestream.agents.site.connect import connect_site_patiently, disconnect
+from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
 from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 from lodestream.platform_adapters.compute.discovery import discover_nodes
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 async def run(
     site_dir: Path, *, wall_time_min: float, stop: asyncio.Event | None = None
 ) -> LauncherReport:
+    """Run one pilot session until it ends (idle, wall time, ``stop``). Raises
+    :class:`~lodestream.agents.site.credential.CredentialRevoked` once NATS has refused
+    the site's credential for good: its tasks are killed, as nothing can be reported."""
     settings = load_site_settings(site_dir)  # errors here are the user's to fix: let them show
     apps = load_apps(settings.apps_dir)
     cfg = settings.launcher
@@ -48,8 +51,10 @@ async def run(
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
     link = _Link()
+    watch = credential_watch(settings)
+    watch.on_revoked = stop.set
     nc = await connect_site_patiently(
-        settings, "launcher", stop=stop, deadline=deadline,
+        settings, "launcher", stop=stop, deadline=deadline, watch=watch,
         disconnected_cb=link.disconnected, reconnected_cb=link.reconnected,
         # A link that died without a word (no RST) is noticed after 3 unanswered pings:
         # within the heartbeat TTL, not nats-py's default of minutes, so the reconnect
@@ -57,6 +62,8 @@ async def run(
         ping_interval=max(1, cfg.heartbeat_ttl_s // 4),
     )  # fmt: skip
     if nc is None:
+        if watch.revoked:
+            raise watch.error()
         reason = "stopped" if stop.is_set() else "wall time reached"
         log.warning("launcher exits before reaching NATS (%s)", reason)
         return LauncherReport(exit_reason=reason)
@@ -73,13 +80,21 @@ async def run(
             base_env=os.environ, nc=nc,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
+        watch.on_revoked = lambda: _revoke(launcher, stop)
         log.info("launcher %s: %d nodes, %d apps", session.id, len(nodes), len(apps))
         report = await launcher.run(stop)
         log.info("launcher %s exits (%s): %s", session.id, report.exit_reason, report)
-        return report
     finally:
         link.closing = True
         await disconnect(nc)
+    if watch.revoked:
+        raise watch.error()
+    return report
+
+
+def _revoke(launcher: Launcher, stop: asyncio.Event) -> None:
+    launcher.revoked()  # first, so that stopping kills the tasks instead of draining them
+    stop.set()
 
 
 def _wall_time_s(machine: Machine, wall_time_min: float) -> float:

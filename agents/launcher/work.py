@@ -1,9 +1,9 @@
 """Work items: a runnable event delivered on ``launch-<site>``, with what it takes to run it.
 
 A delivery is work only if the shared rule (:mod:`lodestream.schemas.trust`) accepts it on
-its subject, it is about this pilot's own site, and its type is one that makes a
-job runnable (the ``launch-<site>`` consumer's filter). Anything else — garbage,
-an event that names another site, a type that hands no work to pilots — is
+its subject, it is about this pilot's own site, and its type is one that makes a job
+runnable (one that :data:`lodestream.schemas.topology.LAUNCH` carries). Anything else —
+garbage, an event that names another site, a type that hands no work to pilots — is
 :class:`NotWork`: the pilot terminates the delivery, logs it and counts it.
 
 A ``job.restart_ready`` says when the retry is due (``retry_at``): until then
@@ -18,19 +18,18 @@ import uuid
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
 import nats.errors
 
-from lodestream.eventlog.consumers import LAUNCH_EVENTS
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events.job import LeaseData, RetryData, StepData
 from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.topology import LAUNCH
 from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
-RUNNABLE_TYPES: Final = frozenset(f"job.{name}" for name in LAUNCH_EVENTS)
 
 JobKey = tuple[str, uuid.UUID]
 """(site, job id): how a pilot keys what it holds, never by what a payload claims."""
@@ -64,7 +63,7 @@ class NotWork(ValueError):
 def work_item(msg: Any, site: str) -> WorkItem:
     """The work ``msg`` hands to a pilot of ``site``; raise :class:`NotWork` if it is none."""
     event = trusted_event(msg.subject, msg.data, site)
-    if event.type not in RUNNABLE_TYPES:
+    if not LAUNCH.carries(event.type):
         raise NotWork(f"{event.type} makes no job runnable")
     data = event.data
     if not isinstance(data, StepData | LeaseData | RetryData) or data.work is None:

@@ -31,6 +31,7 @@ from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.schedulers.base import Scheduler
 from lodestream.schemas.errors import Untrusted
+from lodestream.schemas.topology import PROCESS
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class SiteAgent:
         changes = await self.publisher.publish(self._apps)
         for name, action in changes.items():
             log.info("app %s %s", name, action)
-        sub = await pull_consumer(self._js, "EVENTS", f"process-{self._settings.site}")
+        sub = await pull_consumer(self._js, PROCESS.stream, PROCESS.durable(self._settings.site))
         pulling = PullLoop(sub, name="site agent", batch=64, timeout_s=0.5)
         workers = asyncio.Semaphore(self._settings.processing.workers)
         pending: set[asyncio.Task[None]] = set()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats.errors
 from nats.aio.client import Client
 
+from lodestream.agents.site.credential import CredentialWatch
 from lodestream.agents.site.retry import retry_until
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.infra.nats.auth import site_inbox_prefix
@@ -36,19 +39,38 @@ async def connect_site_patiently(
     name: str,
     *,
     stop: asyncio.Event,
+    watch: CredentialWatch,
     deadline: float = math.inf,
+    reconnected_cb: Callable[[], Awaitable[None]] | None = None,
     **options: Any,
 ) -> Client | None:
     """:func:`connect_site`, retried with capped backoff while NATS cannot be reached.
 
     Returns None if ``stop`` is set or ``deadline`` (``time.monotonic()``) passes first.
-    Once connected, the client reconnects forever, like every lodestream process.
+    Once connected, the client reconnects forever, like every lodestream process, and
+    ``watch`` hears every error and every reconnect, to tell when the site's credential
+    was revoked; raises :class:`~lodestream.agents.site.credential.CredentialRevoked` if
+    that happens before the first connect.
     """
+
+    async def reconnected() -> None:
+        watch.connected()
+        if reconnected_cb is not None:
+            await reconnected_cb()
 
     async def attempt() -> Client:
         # nats-py retries a first connect forever when reconnects are endless, deaf to
         # ``stop`` and to the deadline: bound this attempt, then make reconnects endless.
-        client = await connect_site(settings, name, **options, max_reconnect_attempts=1)
+        try:
+            client = await connect_site(
+                settings, name, **options, on_error=watch.observe,
+                reconnected_cb=reconnected, max_reconnect_attempts=1,
+            )  # fmt: skip
+        except Exception as exc:
+            if watch.revoked:
+                raise watch.error() from exc
+            raise
+        watch.connected()
         client.options["max_reconnect_attempts"] = -1
         return client
 
@@ -61,9 +83,23 @@ async def connect_site_patiently(
     )
 
 
+def credential_watch(settings: SiteSettings) -> CredentialWatch:
+    return CredentialWatch(settings.site, after_s=settings.nats.revoked_after_s)
+
+
 async def disconnect(nc: Client) -> None:
     """Flush what is pending and close; if NATS is away (a drain is refused then), just close."""
     try:
         await nc.drain()
-    except (nats.errors.Error, TimeoutError):
-        await nc.close()
+    except (nats.errors.Error, TimeoutError, OSError):
+        try:
+            await nc.close()
+        except OSError:
+            # Refused by the server (a revoked key): nats-py writes what it buffered while
+            # reconnecting into a websocket that is already closing, and raises before it
+            # closes its transport. Finish for it, or the aiohttp session stays open.
+            transport: Any = nc._transport
+            if transport is not None:
+                transport.close()
+                with contextlib.suppress(Exception):
+                    await transport.wait_closed()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lodestream.agents.site.agent import SiteAgent
 from lodestream.agents.site.apps import load_apps
-from lodestream.agents.site.connect import connect_site_patiently, disconnect
+from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
 from lodestream.agents.site.elastic import backfill_scheduler
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import load_site_settings
@@ -16,6 +16,9 @@ from lodestream.eventlog.jetstream import jetstream
 
 
 async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
+    """Run until ``stop`` (SIGINT, SIGTERM). Raises
+    :class:`~lodestream.agents.site.credential.CredentialRevoked`, after stopping cleanly,
+    once NATS has refused the site's credential for good."""
     settings = load_site_settings(site_dir)  # a malformed settings.yml or app fails here, clearly
     apps = load_apps(settings.apps_dir)
     retries = RetryRules.build(settings.processing, apps)  # an app's bad retry_backoff, too
@@ -25,10 +28,16 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-    nc = await connect_site_patiently(settings, "site-agent", stop=stop)
+    watch = credential_watch(settings)
+    watch.on_revoked = stop.set  # unacked work goes back to the consumer; nothing is lost
+    nc = await connect_site_patiently(settings, "site-agent", stop=stop, watch=watch)
     if nc is None:
+        if watch.revoked:
+            raise watch.error()
         return  # stopped before NATS answered
     try:
         await SiteAgent(jetstream(nc), settings, apps, retries, scheduler=scheduler).run(stop)
     finally:
         await disconnect(nc)
+    if watch.revoked:
+        raise watch.error()

@@ -26,14 +26,13 @@ import asyncio
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import orjson
 
 from lodestream.agents.site.apps import ApplicationDefinition, Decision, JobContext
 from lodestream.agents.site.retries import RetryRules
 from lodestream.eventlog import ConflictError, EventLog
-from lodestream.eventlog.consumers import PROCESS_EVENTS
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events import (
@@ -47,10 +46,10 @@ from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import JobSpec
 from lodestream.schemas.retry import backoff_s, retry_at
 from lodestream.schemas.subjects import parse_event_subject
+from lodestream.schemas.topology import PROCESS
 from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
-WORK_TYPES: Final = frozenset(f"job.{name}" for name in PROCESS_EVENTS)
 
 
 class Processing:
@@ -83,7 +82,7 @@ class Processing:
         if self._nothing_to_do(msg):
             return
         event = check_own_site(event_from_message(msg.subject, msg.data), self._site)
-        if event.type not in WORK_TYPES:
+        if not PROCESS.carries(event.type):
             raise Untrusted(f"{event.type} hands no work to site processing")
         spec = getattr(event.data, "work", None)
         if not isinstance(spec, JobSpec):

@@ -5,6 +5,7 @@
       url: wss://127.0.0.1:14443
       ca_file: ca.pem            # relative paths are relative to the site directory
       seed_file: site.nk
+      revoked_after_s: 30        # NATS refusing the key this long means it was revoked
     api_url: http://127.0.0.1:8400
     launcher:
       heartbeat_ttl_s: 10
@@ -58,6 +59,9 @@ class SiteNats(_Strict):
     url: str = Field(pattern=r"^(wss|tls|nats)://")
     ca_file: Path | None = None
     seed_file: Path = Path("site.nk")
+    # How long NATS must refuse the site's key, on every attempt, before a site process
+    # takes it as revoked and exits (lodestream.agents.site.credential says why).
+    revoked_after_s: float = Field(30.0, ge=1.0, le=86_400.0)
 
 
 AppLauncherName = Literal[

@@ -75,6 +75,10 @@ def site_start(
 ) -> None:
     """Run the site agent (apps, hooks, cleaner); stops cleanly on SIGTERM."""
     from lodestream.agents.site.apps import AppError  # noqa: PLC0415
+    from lodestream.agents.site.credential import (  # noqa: PLC0415
+        EXIT_CREDENTIAL_REVOKED,
+        CredentialRevoked,
+    )
     from lodestream.agents.site.main import run  # noqa: PLC0415
     from lodestream.agents.site.settings import SiteSettingsError, load_site_settings  # noqa: PLC0415
 
@@ -99,6 +103,9 @@ def site_start(
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
+    except CredentialRevoked as exc:
+        print_error(exc)
+        raise typer.Exit(EXIT_CREDENTIAL_REVOKED) from exc
 
 
 @site_app.command("stop")
@@ -150,6 +157,10 @@ def launcher(
     """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
     from lodestream.agents.launcher.main import run  # noqa: PLC0415
     from lodestream.agents.site.apps import AppError  # noqa: PLC0415
+    from lodestream.agents.site.credential import (  # noqa: PLC0415
+        EXIT_CREDENTIAL_REVOKED,
+        CredentialRevoked,
+    )
     from lodestream.agents.site.settings import SiteSettingsError  # noqa: PLC0415
 
     if mode not in {"serial", "mpi"}:
@@ -164,6 +175,9 @@ def launcher(
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
+    except CredentialRevoked as exc:  # its tasks are killed: nothing could be reported
+        print_error(exc)
+        raise typer.Exit(EXIT_CREDENTIAL_REVOKED) from exc
     console.print(
         f"launcher done ({report.exit_reason}): {report.finished} finished, "
         f"{report.errored} errored, {report.timed_out} timed out, {report.fenced} fenced"

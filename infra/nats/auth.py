@@ -12,16 +12,11 @@ caller decides where secrets are stored and when the server reloads.
 Notes on nats-server behaviour that shaped the layout:
 
 * Subject wildcards match whole tokens only (``*-alpha`` is not a pattern),
-  so a site's consumers are enumerated: ``<purpose>-<site>`` for each of
-  :data:`SITE_CONSUMER_PURPOSES`.
-* A fetch is a publish to ``$JS.API.CONSUMER.MSG.NEXT.<stream>.<consumer>``
-  whose messages come back on the reply subject (the site's inbox); an ack
-  is a publish to the message's ``$JS.ACK.<stream>.<consumer>.…`` reply
-  subject. JetStream PubAcks also arrive on the inbox. So the inbox is the
-  only thing a site ever subscribes to. nats-py's ``pull_subscribe_bind``
-  makes no API call at all (it only subscribes to an inbox), so binding to a
-  durable needs no grant beyond ``MSG.NEXT``; ``CONSUMER.INFO`` is there for
-  sites that check their backlog.
+  so a site's consumers are enumerated: one grant set per row of
+  :data:`lodestream.schemas.topology.SITE_FEEDS`, which also says what each row
+  needs (fetch, info and ack for a durable; subscribe for a live feed) and why.
+* JetStream PubAcks arrive on the inbox, like every fetched message, so the
+  inbox and the live feeds are all a site ever subscribes to.
 * A refused publish or subscribe is answered with ``-ERR 'Permissions
   Violation for …'`` and the connection stays open; a user removed by a
   reload is disconnected.
@@ -41,10 +36,10 @@ from typing import Final
 import nkeys
 
 from lodestream.schemas.nkey import check_user_public_key
-from lodestream.schemas.subjects import EVENTS_STREAM, check_site
+from lodestream.schemas.subjects import EVENTS_STREAM, check_site, type_filter
+from lodestream.schemas.topology import SITE_CONSUMERS, site_grants
 from lodestream.schemas.trust import site_writable_types
 
-SITE_CONSUMER_PURPOSES: Final = ("launch", "process", "xfer", "sched")
 CONTROL_USER: Final = "lodestream"
 
 _USERNAME_RE: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
@@ -77,7 +72,7 @@ def site_inbox_prefix(site: str) -> str:
 def site_consumers(site: str) -> tuple[str, ...]:
     """Names of the durable pull consumers the control plane creates for ``site``."""
     check_site(site)
-    return tuple(f"{purpose}-{site}" for purpose in SITE_CONSUMER_PURPOSES)
+    return tuple(feed.durable(site) for feed in SITE_CONSUMERS)
 
 
 def site_event_subjects(site: str) -> list[str]:
@@ -89,29 +84,21 @@ def site_event_subjects(site: str) -> list[str]:
     stored, and an event of those types on the log came from the control plane.
     """
     check_site(site)
-    subjects = []
-    for event_type in site_writable_types():
-        kind, _, name = event_type.partition(".")
-        subjects.append(f"evt.{site}.{kind}.*.{name}")
-    return subjects
+    return [type_filter(site, event_type) for event_type in site_writable_types()]
 
 
 def site_permissions(site: str) -> Permissions:
     """The per-site permission template; anything not allowed here is denied."""
-    consumers = site_consumers(site)
-    publish = [*site_event_subjects(site), f"hb.{site}.*"]
-    publish += [f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{name}" for name in consumers]
-    publish += [f"$JS.API.CONSUMER.INFO.{EVENTS_STREAM}.{name}" for name in consumers]
-    publish += [f"$JS.ACK.{EVENTS_STREAM}.{name}.>" for name in consumers]
-    # Telling "my retried append had landed" from "I was fenced" needs the newest event of
-    # one aggregate; by subject only, and only the site's own (a get by sequence could
-    # read any site's events).
+    feeds = site_grants(site)  # fetch and ack its own consumers; listen to its live feeds
+    publish = [*site_event_subjects(site), f"hb.{site}.*", *feeds.publish]
+    # Telling "my retried append had landed" from "I was fenced", and a pilot's check for a
+    # kill it did not hear, need the newest event of one aggregate; by subject only, and
+    # only the site's own (a get by sequence could read any site's events).
     publish.append(f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.evt.{site}.>")
     publish.append("$JS.API.INFO")
     return {
         "publish": {"allow": publish},
-        # Pilots listen for kills of their own site's jobs to stop the running task at once.
-        "subscribe": {"allow": [f"{site_inbox_prefix(site)}.>", f"evt.{site}.job.*.killed"]},
+        "subscribe": {"allow": [f"{site_inbox_prefix(site)}.>", *feeds.subscribe]},
     }
 
 

@@ -1,10 +1,7 @@
 """The per-site durable consumers, created by the control plane (sites never create consumers).
 
-Each filters the site's own subjects to the events that hand it work:
-
-    launch-<site>   runnable jobs for pilots
-    process-<site>  hook work for the site agent (preprocess, postprocess, errors, timeouts)
-                    and finished jobs for the cleaner
+One per pull row of :data:`lodestream.schemas.topology.SITE_FEEDS`, which says what each
+carries and how it is configured; this module only talks to JetStream.
 """
 
 from __future__ import annotations
@@ -15,49 +12,32 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from lodestream.schemas.subjects import EVENTS_STREAM, check_site
-
-LAUNCH_EVENTS = ("preprocessed", "restart_ready", "lease_released", "lease_expired")
-PROCESS_EVENTS = ("staged_in", "run_done", "run_errored", "run_timed_out", "finished")
+from lodestream.schemas.topology import SITE_CONSUMERS, PullFeed
 
 
-def site_consumer_configs(site: str) -> list[ConsumerConfig]:
-    check_site(site)
-    return [
-        ConsumerConfig(
-            durable_name=f"launch-{site}",
-            description=f"runnable jobs of site {site}",
-            filter_subjects=[f"evt.{site}.job.*.{name}" for name in LAUNCH_EVENTS],
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=30.0,
-            max_ack_pending=20_000,
-            max_waiting=512,
-        ),
-        ConsumerConfig(
-            durable_name=f"process-{site}",
-            description=f"hook work of site {site}",
-            filter_subjects=[f"evt.{site}.job.*.{name}" for name in PROCESS_EVENTS],
-            ack_policy=AckPolicy.EXPLICIT,
-            deliver_policy=DeliverPolicy.ALL,
-            ack_wait=60.0,
-            max_ack_pending=20_000,
-            max_waiting=512,
-        ),
-    ]
+def consumer_config(feed: PullFeed, site: str) -> ConsumerConfig:
+    return ConsumerConfig(
+        durable_name=feed.durable(site),
+        description=f"{feed.description} (site {site})",
+        filter_subjects=list(feed.filter_subjects(site)),
+        ack_policy=AckPolicy.EXPLICIT,
+        deliver_policy=DeliverPolicy.ALL,
+        ack_wait=feed.ack_wait_s,
+        max_ack_pending=feed.max_ack_pending,
+        max_waiting=feed.max_waiting,
+    )
 
 
 async def ensure_site_consumers(js: JetStreamContext, site: str) -> None:
-    for config in site_consumer_configs(site):
-        assert config.durable_name is not None
+    # Created once, never updated: a site's pilots may be reading it right now.
+    for feed in SITE_CONSUMERS:
         try:
-            await js.consumer_info(EVENTS_STREAM, config.durable_name)
+            await js.consumer_info(feed.stream, feed.durable(site))
         except NotFoundError:
-            await js.add_consumer(EVENTS_STREAM, config)
+            await js.add_consumer(feed.stream, consumer_config(feed, site))
 
 
 async def remove_site_consumers(js: JetStreamContext, site: str) -> None:
-    for config in site_consumer_configs(site):
-        assert config.durable_name is not None
+    for feed in SITE_CONSUMERS:
         with contextlib.suppress(NotFoundError):
-            await js.delete_consumer(EVENTS_STREAM, config.durable_name)
+            await js.delete_consumer(feed.stream, feed.durable(site))

@@ -27,6 +27,8 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import APIError
 
+from lodestream.schemas.topology import next_subject
+
 log = logging.getLogger(__name__)
 
 STATUS = "Status"
@@ -36,7 +38,7 @@ _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consum
 class PullConsumer:
     def __init__(self, nc: Client, stream: str, durable: str) -> None:
         self._nc = nc
-        self._subject = f"$JS.API.CONSUMER.MSG.NEXT.{stream}.{durable}"
+        self._subject = next_subject(stream, durable)
         self._sub: Any = None
         self._remaining = 0  # messages the open pull request may still deliver
         self._open_until = 0.0

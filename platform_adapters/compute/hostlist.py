@@ -29,9 +29,12 @@ _COUNT = re.compile(r"(\d+)(?:\(x(\d+)\))?")
 
 
 def expand_hostlist(text: str, *, max_hosts: int = MAX_HOSTS) -> list[str]:
-    """Every hostname in ``text``, in order; duplicates are kept, as Slurm keeps them."""
+    """Every hostname in ``text``, in order; duplicates are kept, as Slurm keeps them.
+
+    ``(null)`` (what squeue prints for a pending job's nodes) and ``None`` are empty lists.
+    """
     text = text.strip()
-    if not text:
+    if text in {"", "(null)", "None"}:
         return []
     items = _split_top_level(text)
     hosts: list[str] = []

@@ -14,6 +14,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Final
 
+from lodestream.platform_adapters.compute.hostlist import expand_hostlist
 from lodestream.platform_adapters.errors import (
     SchedulerCommandFailed,
     SubmitRejected,
@@ -27,7 +28,6 @@ from lodestream.platform_adapters.schedulers.base import (
     Capabilities,
 )
 from lodestream.platform_adapters.schedulers.command import CommandScheduler
-from lodestream.platform_adapters.schedulers.hostlist import expand_hostlist
 from lodestream.platform_adapters.schedulers.parsing import map_state, skip
 from lodestream.platform_adapters.schedulers.runner import CommandResult, failure_message
 from lodestream.platform_adapters.schedulers.timeparse import from_epoch
@@ -165,7 +165,7 @@ def _status(fields: list[str]) -> BatchStatus:
         state=state,
         native_state=native,
         nodes=int(nnodes) if nnodes else 0,
-        hostnames=expand_hostlist(nodelist),
+        hostnames=tuple(expand_hostlist(nodelist)),
         queue=queue,
         wall_time_min=int(limit_s // 60) if limit_s else None,  # 0 is unlimited
         start_time=start,

@@ -41,6 +41,7 @@ from lodestream.schemas.events import (
 from lodestream.schemas.fold import check_creation
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
+from lodestream.schemas.topology import CONTROLLER
 from lodestream.schemas.trust import (
     WRITERS,
     HeartbeatExpired,
@@ -71,13 +72,7 @@ def _first_line(exc: BaseException) -> str:
     return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
-REACTS_TO = (
-    "created", "awaiting_parents", "finished", "failed", "killed", "run_done",
-    "postprocessed", "staged_out", "reset",
-)  # fmt: skip
 FINAL_EVENTS = frozenset({"job.finished", "job.failed", "job.killed"})
-REACTING_TYPES = frozenset(f"job.{name}" for name in REACTS_TO)
-EVENT_FILTERS = [f"evt.*.job.*.{name}" for name in REACTS_TO] + ["evt.*.app.>", "evt.*.site.>"]
 SPEC_CACHE_SIZE = 200_000
 STARTUP_WAIT_S = 300.0
 AWAITED_MAX = 1_000_000
@@ -200,7 +195,7 @@ class Controller:
         self._owners = await self._reads.live_sites()
         for site in self._owners:
             await ensure_site_consumers(self._js, site)
-        await ensure_durable(self._js, EVENTS_STREAM, self._durable, EVENT_FILTERS)
+        await ensure_durable(self._js, EVENTS_STREAM, self._durable, CONTROLLER.filter_subjects())
         await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
 
     async def _consume(
@@ -306,7 +301,7 @@ class Controller:
             return self._is_awaited(event.aggregate_id)
         # What a site wrote is acted on only once the fold has accepted it (see _accepted).
         return event.type == "job.awaiting_parents" or (
-            event.kind == "job" and _site_written(event) and event.type in REACTING_TYPES
+            event.kind == "job" and _site_written(event) and CONTROLLER.carries(event.type)
         )
 
     def _is_awaited(self, job_id: uuid.UUID) -> bool:

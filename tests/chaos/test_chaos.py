@@ -29,6 +29,7 @@ from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.natsconn import connect
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.schemas.topology import SITE_CONSUMERS
 from tests.chaos.verify import check, compare_with_rebuild, final_states, read_log, summary
 from tests.chaos.workload import APP, submit_waves, workload
 from tests.fixtures.nats import SecureNats
@@ -103,7 +104,7 @@ async def start_stack(js: JetStreamContext, chaos: Chaos, dsn: str) -> None:
     chaos.start_service("projector")
     chaos.start_service("controller")
     async with asyncio.timeout(60):
-        for consumer in (f"launch-{SITE}", f"process-{SITE}"):
+        for consumer in (feed.durable(SITE) for feed in SITE_CONSUMERS):
             while not await consumer_exists(js, consumer):
                 await asyncio.sleep(0.1)
     chaos.start_service("agent")

@@ -19,6 +19,7 @@ import pytest
 from nats.errors import Error as NatsError
 
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
+from lodestream.schemas.topology import SITE_CONSUMERS
 from lodestream.schemas.trust import WRITERS
 from tests.security.attack import (
     Verdict,
@@ -35,7 +36,9 @@ from tests.security.attack import (
 from tests.security.forge import subject
 from tests.support.stack import SITE_OWNERS, Stack
 
-CONSUMERS = ("launch", "process", "xfer", "sched")
+CONSUMERS = tuple(feed.purpose for feed in SITE_CONSUMERS)
+# Consumer names beta might try that no row of the table gives it: never granted.
+UNKNOWN = ("evil-beta", "launches-beta", "beta", "launch-beta-2")
 NEXT = json.dumps({"batch": 1, "no_wait": True}).encode()
 
 
@@ -124,7 +127,8 @@ def fetch_probes() -> list[Probe]:
         Probe("fetch/ack", "publish", f"$JS.ACK.{EVENTS_STREAM}.{p}-beta.{ack}", True, b"+ACK")
         for p in CONSUMERS
     ]
-    for name in (*(f"{p}-alpha" for p in CONSUMERS), "controller", "projector"):
+    others = (*(f"{p}-alpha" for p in CONSUMERS), *UNKNOWN)
+    for name in (*others, "controller", "projector"):
         probes.append(Probe("fetch/ack", "publish", f"{nxt}.{name}", False, NEXT))
         probes.append(Probe("fetch/ack", "publish", f"$JS.ACK.{EVENTS_STREAM}.{name}.{ack}", False,
                             b"+ACK"))  # fmt: skip

@@ -23,6 +23,7 @@ def make_site_dir(
     ca_file: Path,
     seed_file: Path,
     processing: dict[str, object] | None = None,
+    nats: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
     directory = root / site
@@ -35,7 +36,7 @@ def make_site_dir(
     settings = SiteSettings.model_validate(
         {
             "site": site,
-            "nats": {"url": wss_url, "ca_file": "ca.pem", "seed_file": "site.nk"},
+            "nats": {"url": wss_url, "ca_file": "ca.pem", "seed_file": "site.nk", **(nats or {})},
             # The control plane's HB stream expires heartbeats after the same TTL.
             "launcher": {"heartbeat_ttl_s": round(TEST_HEARTBEAT_TTL_S), "idle_ttl_s": 30,
                          "virtual_nodes": 2, "cores_per_node": 4, **launcher},
@@ -47,10 +48,18 @@ def make_site_dir(
 
 
 def secure_site_dir(
-    secure: SecureNats, root: Path, processing: dict[str, object] | None = None, **launcher: object
+    secure: SecureNats,
+    root: Path,
+    processing: dict[str, object] | None = None,
+    *,
+    site: str = "alpha",
+    wss_url: str | None = None,
+    nats: dict[str, object] | None = None,
+    **launcher: object,
 ) -> SiteSettings:
-    """A site directory for site ``alpha`` of the ``secure_nats`` fixture."""
+    """A site directory for ``site`` (``alpha`` by default) of the ``secure_nats`` fixture;
+    ``wss_url`` if its processes reach the server another way (through a proxy)."""
     return make_site_dir(
-        root, "alpha", wss_url=secure.server.websocket_url, ca_file=secure.ca_file,
-        seed_file=secure.seed_files["alpha"], processing=processing, **launcher,
+        root, site, wss_url=wss_url or secure.server.websocket_url, ca_file=secure.ca_file,
+        seed_file=secure.seed_files[site], processing=processing, nats=nats, **launcher,
     )  # fmt: skip

@@ -46,6 +46,7 @@ from lodestream.infra.nats.server import NatsServer
 from lodestream.infra.nats.tls import ensure_local_ca
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.topology import SITE_CONSUMERS
 from lodestream.services.api.users import create_user
 from lodestream.settings import NatsSettings
 from tests.fixtures.nats import write_seed
@@ -276,9 +277,7 @@ async def _wait_for_site_consumers(settings: NatsSettings, sites: list[str]) -> 
     try:
         js = nc.jetstream()
         async with asyncio.timeout(START_TIMEOUT_S):
-            for name in (
-                f"{purpose}-{site}" for site in sites for purpose in ("launch", "process")
-            ):
+            for name in (feed.durable(site) for site in sites for feed in SITE_CONSUMERS):
                 while True:
                     try:
                         await js.consumer_info(EVENTS_STREAM, name)

@@ -20,9 +20,9 @@ from collections.abc import Iterable
 from datetime import tzinfo
 from typing import Final
 
+from lodestream.platform_adapters.compute.hostlist import expand_hostlist
 from lodestream.platform_adapters.errors import SchedulerCommandFailed, UnknownBatchJob
 from lodestream.platform_adapters.schedulers.base import BatchRecord
-from lodestream.platform_adapters.schedulers.hostlist import expand_hostlist
 from lodestream.platform_adapters.schedulers.parsing import skip
 from lodestream.platform_adapters.schedulers.runner import CommandResult, failure_message
 from lodestream.platform_adapters.schedulers.slurm.render import SACCT_FIELDS
@@ -78,7 +78,7 @@ def _record_from_sacct(fields: list[str], tz: tzinfo | None) -> BatchRecord:
     job_id, native, exit_code, start, end, nnodes, nodelist = fields
     state, native = slurm_state(native)
     code, signal = exit_and_signal(exit_code)
-    hostnames = expand_hostlist(nodelist) if nodelist != "None assigned" else ()
+    hostnames = tuple(expand_hostlist(nodelist)) if nodelist != "None assigned" else ()
     return BatchRecord(
         scheduler_id=job_id,
         state=state,
@@ -136,7 +136,7 @@ def _record_from_jobcomp(
 ) -> BatchRecord:
     state, native = slurm_state(fields["JobState"])
     code, signal = exit_and_signal(fields.get("ExitCode", "0:0"))
-    hostnames = expand_hostlist(fields.get("NodeList", ""))
+    hostnames = tuple(expand_hostlist(fields.get("NodeList", "")))
     nodes = fields.get("NodeCnt", "")
     return BatchRecord(
         scheduler_id=scheduler_id,

@@ -10,8 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
+from lodestream.platform_adapters.compute.hostlist import expand_hostlist
 from lodestream.platform_adapters.schedulers.base import BackfillWindow
-from lodestream.platform_adapters.schedulers.hostlist import expand_hostlist
 from lodestream.platform_adapters.schedulers.parsing import skip
 from lodestream.platform_adapters.schedulers.runner import CommandResult, require_success
 from lodestream.platform_adapters.schedulers.slurm.render import SINFO_NODE_FIELDS

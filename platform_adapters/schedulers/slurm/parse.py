@@ -11,13 +11,13 @@ import re
 from datetime import datetime, tzinfo
 from typing import Any, Final
 
+from lodestream.platform_adapters.compute.hostlist import expand_hostlist
 from lodestream.platform_adapters.errors import (
     SchedulerCommandFailed,
     SubmitRejected,
     UnparseableOutput,
 )
 from lodestream.platform_adapters.schedulers.base import BatchStatus
-from lodestream.platform_adapters.schedulers.hostlist import expand_hostlist
 from lodestream.platform_adapters.schedulers.parsing import expect_object, load_json, skip
 from lodestream.platform_adapters.schedulers.runner import CommandResult, failure_message
 from lodestream.platform_adapters.schedulers.slurm.render import SQUEUE_FIELDS
@@ -84,7 +84,7 @@ def _status_from_json(job: dict[str, Any], now: datetime) -> BatchStatus:
     if job_id is None:
         raise ValueError("no job_id")
     state, native = slurm_state(job["job_state"])
-    hostnames = expand_hostlist(str(job.get("nodes") or ""))
+    hostnames = tuple(expand_hostlist(str(job.get("nodes") or "")))
     node_count = number(job.get("node_count"))
     start = None if state is SchedulerState.QUEUED else from_epoch(number(job.get("start_time")))
     end = from_epoch(number(job.get("end_time"))) if state not in _ACTIVE else None
@@ -173,7 +173,7 @@ def _status_from_text(fields: list[str], tz: tzinfo | None) -> BatchStatus:
         state=state,
         native_state=native,
         nodes=int(nodes),
-        hostnames=expand_hostlist(nodelist),
+        hostnames=tuple(expand_hostlist(nodelist)),
         queue=partition.strip(),
         wall_time_min=minutes_of(duration_s(limit)),
         start_time=parse_local_iso(start, tz) if started else None,
