@@ -271,7 +271,7 @@ async def test_backfill_windows_come_from_the_scheduler_and_its_failures_are_fau
 
 def test_backfill_needs_a_scheduler_that_can_tell_it(tmp_path: Path) -> None:
     settings = SETTINGS.model_copy(update={"use_backfill": True})
-    with pytest.raises(ValueError, match="cannot tell backfill"):
+    with pytest.raises(ValueError, match="no scheduler to tell backfill windows"):
         ElasticQueue(MemoryLog(), SITE, settings, None)
     site = SiteSettings.model_validate({
         "site": SITE, "nats": {"url": "wss://127.0.0.1:1"}, "directory": tmp_path,

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Final, Literal
@@ -35,7 +36,12 @@ from lodestream.agents.site.settings import ElasticSettings
 from lodestream.eventlog import ConflictError, EventLogError
 from lodestream.platform_adapters.errors import SchedulerError
 from lodestream.platform_adapters.schedulers.base import Scheduler
-from lodestream.schemas.events.scaler import ScalerBacklog, ScalerDecided, WindowData
+from lodestream.schemas.events.scaler import (
+    ScalerBacklog,
+    ScalerDecided,
+    ScalerLimits,
+    WindowData,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +62,17 @@ class ElasticQueue:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         if settings.use_backfill and (scheduler is None or not scheduler.capabilities.backfill):
-            name = scheduler.name if scheduler is not None else "no"
-            raise ValueError(f"elastic.use_backfill: the {name} scheduler cannot tell backfill")
+            what = f"the {scheduler.name} scheduler" if scheduler else "no scheduler"
+            raise ValueError(f"elastic.use_backfill: {what} to tell backfill windows")
         self._log = scaler_log
         self._site = site
         self._settings = settings
         self._limits = settings.limits
         self._scheduler = scheduler
         self._clock = clock
-        self._completed: object = None  # id of the last decision whose effects are all on the log
-        self._effects_seq = 0  # the newest sequence among them
+        # The last decision whose effects are all on the log, and their newest sequence.
+        self._completed: uuid.UUID | None = None
+        self._effects_seq = 0
         self.outcomes: dict[Outcome, int] = dict.fromkeys(
             ("decided", "unchanged", "waiting", "conflict", "fault"), 0
         )
@@ -149,7 +156,7 @@ def _same_inputs(
     last: Stored[ScalerDecided] | None,
     backlog: ScalerBacklog | None,
     windows: tuple[WindowData, ...] | None,
-    limits: object,
+    limits: ScalerLimits,
     reason: str,
 ) -> bool:
     """The last decision did nothing either, from the same backlog, windows and limits."""
