@@ -136,6 +136,59 @@ class LodeClient:
         body = {"reason": reason} if reason else None
         return self._request("POST", f"/jobs/{job_id}/reset", json=body)
 
+    # --- pilot batch jobs -------------------------------------------------------------------
+
+    def request_batch_job(
+        self,
+        site: str,
+        *,
+        num_nodes: int,
+        wall_time_min: int,
+        queue: str = "",
+        project: str = "",
+        job_mode: str = "serial",
+        filter_tags: Mapping[str, str] | None = None,
+        options: Mapping[str, str] | None = None,
+        idempotency_key: str | None = None,
+        wait: bool = False,
+    ) -> Json:
+        """Ask ``site`` for a pilot batch job of ``num_nodes`` nodes for ``wall_time_min``.
+
+        The site's agent renders the pilot's script from its template and submits it to the
+        site's scheduler; follow it with :meth:`get_batch_job`. ``options`` are
+        scheduler-native settings (``{"qos": "debug"}``), passed on only where the site
+        allows their names. With ``idempotency_key`` a retried call returns the same batch
+        job; with ``wait`` it returns once the batch job is visible in reads.
+        """
+        body: Json = {
+            "num_nodes": num_nodes, "wall_time_min": wall_time_min, "queue": queue,
+            "project": project, "job_mode": job_mode, "filter_tags": dict(filter_tags or {}),
+            "options": dict(options or {}),
+        }  # fmt: skip
+        if idempotency_key is not None:
+            body["idempotency_key"] = idempotency_key
+        return self._request("POST", f"/sites/{site}/batch-jobs", json=body, params={"wait": wait})
+
+    def list_batch_jobs(
+        self, site: str | None = None, *, state: Sequence[str] = (), limit: int = 100
+    ) -> list[Json]:
+        """Your batch jobs (at ``site``, or at all your sites), newest first."""
+        params: dict[str, Any] = {"limit": limit}
+        if state:
+            params["state"] = list(state)
+        if site is not None:
+            return self._request_list("GET", f"/sites/{site}/batch-jobs", params=params)
+        return self._request_list("GET", "/batch-jobs", params=params)
+
+    def get_batch_job(self, batch_id: str) -> Json:
+        """One batch job: its state, the scheduler's id and, once it ended, how."""
+        return self._request("GET", f"/batch-jobs/{batch_id}")
+
+    def delete_batch_job(self, batch_id: str, reason: str = "") -> Json:
+        """Ask the site to delete a batch job at its scheduler; its pilot drains and exits."""
+        body = {"reason": reason} if reason else None
+        return self._request("DELETE", f"/batch-jobs/{batch_id}", json=body)
+
     def events_after(self, after_seq: int = 0, limit: int = 1000) -> list[Json]:
         """Job events of your sites after stream sequence ``after_seq`` (a polling feed)."""
         params = {"after_seq": after_seq, "limit": limit}

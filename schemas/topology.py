@@ -4,6 +4,7 @@ A site never reads the log at large. Events reach it through *feeds* of its own:
 
     launch-<site>    durable pull consumer   runnable jobs, for its pilots
     process-<site>   durable pull consumer   hook work and finished jobs, for its agent
+    sched-<site>     durable pull consumer   pilot batch jobs to submit or delete, for its agent
     kills            live core subscription  kills of its jobs, for its pilots
 
 :data:`SITE_FEEDS` is the one place that says, for each feed, which event types it
@@ -18,7 +19,7 @@ must be granted to read it. Everything else is derived from it:
   for kills, and the event types each accepts as work (``agents/``);
 * the generated table in ``docs/permissions.md``.
 
-Adding a feed for a site (``sched-<site>``, ``xfer-<site>``) is adding one row here.
+Adding a feed for a site (``xfer-<site>``) is adding one row here.
 :data:`CONTROLLER` is the control plane's own feed of every site's events, kept beside
 them so that every type filter is rendered the same way (:func:`type_filter`).
 """
@@ -116,12 +117,18 @@ PROCESS: Final = PullFeed(
     "hook work (preprocess, postprocess, errors, timeouts); finished jobs for the cleaner",
     ack_wait_s=60.0,
 )  # fmt: skip
+SCHED: Final = PullFeed(
+    "sched", "site agent", ("batch.requested", "batch.deletion_requested"),
+    "pilot batch jobs to submit and to delete; a request is held (in progress) while its "
+    "batch job lives, so an agent that dies hands its batch jobs to the next",
+    ack_wait_s=120.0, max_ack_pending=10_000, max_waiting=64,
+)  # fmt: skip
 KILLS: Final = LiveFeed(
     "kills", "pilot", ("job.killed",),
     "kills of running jobs; a pilot also re-checks its jobs for a kill it did not hear",
 )  # fmt: skip
 
-SITE_FEEDS: Final[tuple[SiteFeed, ...]] = (LAUNCH, PROCESS, KILLS)
+SITE_FEEDS: Final[tuple[SiteFeed, ...]] = (LAUNCH, PROCESS, SCHED, KILLS)
 """Every feed of every site. A consumer or grant for a site that is not a row here is a bug."""
 
 SITE_CONSUMERS: Final = tuple(feed for feed in SITE_FEEDS if isinstance(feed, PullFeed))

@@ -19,6 +19,7 @@ consequence to re-derive as the controller's are.
 
 from __future__ import annotations
 
+import math
 import uuid
 from dataclasses import dataclass
 from enum import Enum
@@ -29,10 +30,11 @@ from pydantic import ValidationError
 from lodestream.agents.launcher.report import Tally
 from lodestream.agents.site.apps.pyrun import parse_result
 from lodestream.platform_adapters.packing import Allocation
+from lodestream.schemas.batch import batch_cause
 from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.events import JobFinished, JobRunDone, JobRunErrored, JobRunTimedOut
 from lodestream.schemas.events.job import FinishedData, Placement, RunResultData, StartedData
-from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.resources import App, JobSpec, SchedulerState
 from lodestream.schemas.states import FINISHED_AT_RUN_END
 
 if TYPE_CHECKING:  # the decisions read an item's fields, never its NATS message
@@ -210,15 +212,51 @@ def start_failure(item: WorkItem, reason: str) -> Outcome:
     return Outcome(JobRunErrored, data, Tally.ERRORED)
 
 
-def drained(item: WorkItem, session_id: uuid.UUID, reason: str, return_code: int | None) -> Outcome:
+@dataclass(frozen=True, slots=True)
+class PilotBatch:
+    """The batch job a pilot runs in: the id it was started with (``--batch-job-id``), the
+    site's scheduler and the scheduler's id for the job (from the job's environment)."""
+
+    id: uuid.UUID
+    scheduler: str = ""
+    scheduler_id: str | None = None
+
+
+WALL_TIME_MARGIN_S = 60.0
+"""A stop signal this close to the batch job's end is the scheduler enforcing its wall time."""
+
+
+def batch_verdict(reason: str, remaining_s: float) -> str:
+    """What ended the pilot's batch job, as far as the pilot can tell when it drains."""
+    if reason == "wall time reached" or (reason == "stopped" and remaining_s <= WALL_TIME_MARGIN_S):
+        return SchedulerState.WALLTIME_EXPIRED.value
+    if reason == "stopped":
+        return "told to stop (deleted, preempted or shut down)"
+    return f"its pilot exits ({reason})"
+
+
+def drained(
+    item: WorkItem,
+    session_id: uuid.UUID,
+    reason: str,
+    return_code: int | None,
+    *,
+    batch: PilotBatch | None = None,
+    remaining_s: float = math.inf,
+) -> Outcome:
     """The event that reports a task the pilot stopped because it is exiting (``reason``).
 
     RUN_TIMEOUT, not RUN_ERROR: the job did not fail, its pilot ran out of time or was
-    told to stop, so the site's ``handle_timeout`` decides whether it runs again.
+    told to stop, so the site's ``handle_timeout`` decides whether it runs again. A pilot
+    in a batch job names it, and what ended it, as the next link of the cause chain.
     """
-    data = RunResultData(return_code=return_code,
-                         cause=(f"launcher {session_id} drained: {reason}",),
-                         work=item.spec, attempt=item.attempt)  # fmt: skip
+    cause = [f"launcher {session_id} drained: {reason}"]
+    if batch is not None:
+        verdict = batch_verdict(reason, remaining_s)
+        cause.append(batch_cause(batch.id, scheduler=batch.scheduler,
+                                 scheduler_id=batch.scheduler_id, verdict=verdict))  # fmt: skip
+    data = RunResultData(return_code=return_code, cause=tuple(cause), work=item.spec,
+                         attempt=item.attempt)  # fmt: skip
     return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
 
 

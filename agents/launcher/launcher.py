@@ -86,6 +86,7 @@ class Launcher:
         max_fetch: int = 256,
         base_env: Mapping[str, str] | None = None,
         nc: Any = None,
+        batch: decide.PilotBatch | None = None,
     ) -> None:
         self._js = js
         self._nc = nc
@@ -103,6 +104,7 @@ class Launcher:
         self._idle_from = 0.0  # monotonic: not idle before a deferred retry falls due
         self._max_fetch = max_fetch
         self._base_env = dict(base_env or {})  # tasks inherit only what the entry point passes
+        self._batch = batch  # the batch job we run in, named in the causes of what we drain
         self._reaper = Reaper()
         self._jobs: set[asyncio.Task[None]] = set()
         # What we hold, from the offer until the task is reported: one entry per job.
@@ -450,7 +452,10 @@ class Launcher:
     async def _report_drained(
         self, tracked: Tracked, item: WorkItem, expect: int, reason: str
     ) -> None:
-        outcome = decide.drained(item, self.session.id, reason, tracked.task.returncode)
+        outcome = decide.drained(
+            item, self.session.id, reason, tracked.task.returncode, batch=self._batch,
+            remaining_s=self.session.remaining_min() * 60,
+        )  # fmt: skip
         self._chains[item.key] = expect
         await self._report(item, outcome)
 

@@ -7,10 +7,12 @@ import logging
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from lodestream.agents.launcher.decide import PilotBatch
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.site.apps import load_apps
@@ -22,12 +24,17 @@ from lodestream.platform_adapters.compute.machine import Machine, load_machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
 from lodestream.platform_adapters.launchers.registry import get_launcher
+from lodestream.platform_adapters.schedulers.environment import own_job_id
 
 log = logging.getLogger(__name__)
 
 
 async def run(
-    site_dir: Path, *, wall_time_min: float, stop: asyncio.Event | None = None
+    site_dir: Path,
+    *,
+    wall_time_min: float,
+    stop: asyncio.Event | None = None,
+    batch_job_id: uuid.UUID | None = None,
 ) -> LauncherReport:
     """Run one pilot session until it ends (idle, wall time, ``stop``). Raises
     :class:`~lodestream.agents.site.credential.CredentialRevoked` once NATS has refused
@@ -71,13 +78,18 @@ async def run(
         js = jetstream(nc)
         left_min = (deadline - time.monotonic()) / 60  # connecting may have taken a while
         session = LauncherSession(
-            js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=left_min
-        )
+            js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=left_min,
+            batch_job_id=batch_job_id,
+        )  # fmt: skip
+        batch = None
+        if batch_job_id is not None:  # started by the site's scheduler module for that job
+            kind = settings.scheduler.type
+            batch = PilotBatch(batch_job_id, kind, own_job_id(kind, os.environ))
         launcher = Launcher(
             js, site=settings.site, session=session, apps=apps,
             app_launcher=app_launcher, nodes=nodes,
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
-            base_env=os.environ, nc=nc,
+            base_env=os.environ, nc=nc, batch=batch,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)

@@ -43,9 +43,16 @@ log = logging.getLogger(__name__)
 
 class LauncherSession:
     def __init__(
-        self, js: JetStreamContext, site: str, *, heartbeat_ttl_s: int, wall_time_min: float
+        self,
+        js: JetStreamContext,
+        site: str,
+        *,
+        heartbeat_ttl_s: int,
+        wall_time_min: float,
+        batch_job_id: uuid.UUID | None = None,
     ) -> None:
         self.id = uuid7()
+        self.batch_job_id = batch_job_id  # recorded in session.opened
         self.site = site
         self.ttl_s = heartbeat_ttl_s
         self.deadline = time.monotonic() + wall_time_min * 60
@@ -89,7 +96,8 @@ class LauncherSession:
         opened = SessionOpened.create(
             site=self.site, aggregate_id=self.id, actor=self.actor,
             data=SessionOpenedData(hostname=hostname, mode=mode, nodes=tuple(nodes),
-                                   deadline=deadline, heartbeat_ttl_s=self.ttl_s),
+                                   deadline=deadline, heartbeat_ttl_s=self.ttl_s,
+                                   batch_job_id=self.batch_job_id),
             event_id=uuid.uuid5(self.id, "opened"),
         )  # fmt: skip
         # Heartbeat first: a session that leases work must already be expirable.

@@ -1,4 +1,5 @@
-"""The site agent: publishes the site's apps, then works ``process-<site>`` until stopped.
+"""The site agent: publishes the site's apps, then works ``process-<site>`` (hooks, cleaner)
+and ``sched-<site>`` (pilot batch jobs, :mod:`lodestream.agents.site.scheduler`) until stopped.
 
 With ``elastic.enabled`` it also runs the site's elastic queue (``agents/site/elastic/``)
 beside it, every ``elastic.period_s``.
@@ -26,10 +27,11 @@ from lodestream.agents.site.elastic import ElasticQueue, ScalerLog
 from lodestream.agents.site.processing import Processing
 from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.retries import RetryRules
+from lodestream.agents.site.scheduler import PilotScheduler, build_scheduler
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
-from lodestream.platform_adapters.schedulers.base import Scheduler
+from lodestream.platform_adapters.schedulers import Scheduler
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.topology import PROCESS
 
@@ -57,6 +59,8 @@ class SiteAgent:
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
             retries=retries or RetryRules.build(settings.processing, apps),
         )  # fmt: skip
+        scheduler = scheduler or build_scheduler(settings)
+        self.pilots = PilotScheduler(js, settings, scheduler)
         self.elastic = (
             ElasticQueue(ScalerLog(js, settings.site), settings.site, settings.elastic, scheduler)
             if settings.elastic.enabled
@@ -80,6 +84,7 @@ class SiteAgent:
             pending.add(task)
             task.add_done_callback(pending.discard)
 
+        pilots = asyncio.create_task(self.pilots.run(stop))
         try:
             await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
@@ -87,6 +92,7 @@ class SiteAgent:
                 if not stop.is_set():  # the pull loop failed: the queue would go on alone
                     elastic.cancel()
                 await asyncio.gather(elastic, return_exceptions=True)
+            await asyncio.gather(pilots, return_exceptions=True)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(nats.errors.Error):

@@ -1,4 +1,5 @@
-"""Creating a site directory: settings.yml, the site's own nkey, apps/, data/, log/."""
+"""Creating a site directory: settings.yml, the site's own nkey, the pilot's job template,
+apps/, data/, log/."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from lodestream.agents.site.scheduler.template import DEFAULT_TEMPLATE
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.subjects import check_site
@@ -42,6 +44,8 @@ def init_site_dir(
         {"site": name, "nats": nats, "api_url": api_url, "launcher": launcher or {}}
     )
     (directory / "settings.yml").write_text(settings.to_yaml())
+    # The pilot's batch script, the site's to edit (modules, environments) before it submits.
+    shutil.copy(DEFAULT_TEMPLATE, directory / settings.scheduler.template)
     if examples:
         for example in EXAMPLE_APPS.glob("[!_]*.py"):
             shutil.copy(example, directory / "apps" / example.name)

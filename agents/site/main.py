@@ -9,7 +9,6 @@ from pathlib import Path
 from lodestream.agents.site.agent import SiteAgent
 from lodestream.agents.site.apps import load_apps
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
-from lodestream.agents.site.elastic import backfill_scheduler
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
@@ -22,7 +21,6 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
     settings = load_site_settings(site_dir)  # a malformed settings.yml or app fails here, clearly
     apps = load_apps(settings.apps_dir)
     retries = RetryRules.build(settings.processing, apps)  # an app's bad retry_backoff, too
-    scheduler = backfill_scheduler(settings)  # and a backfill the site's scheduler cannot tell
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -36,7 +34,7 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
             raise watch.error()
         return  # stopped before NATS answered
     try:
-        await SiteAgent(jetstream(nc), settings, apps, retries, scheduler=scheduler).run(stop)
+        await SiteAgent(jetstream(nc), settings, apps, retries).run(stop)
     finally:
         await disconnect(nc)
     if watch.revoked:

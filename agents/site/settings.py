@@ -19,6 +19,14 @@
         factor: 2
         max_s: 600
         jitter: 0.2
+    scheduler:                   # where pilots are submitted (lode queue submit)
+      type: slurm                # local (default), slurm, pbs, lsf, cobalt, flux
+      project: cosmo             # defaults for requests that name none
+      queue: debug
+      options: {constraint: cpu} # added to every pilot's submission
+      request_options: [qos]     # the option names a request may set
+      template: job-template.sh  # the pilot's script (lode site init writes one)
+      sync_interval_s: 5
     elastic:                     # the elastic queue: off unless enabled
       enabled: true
       period_s: 60
@@ -34,13 +42,15 @@ Only entry points (``lode site start``, ``lode launcher``) read the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
+from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SchedulerWord
 from lodestream.schemas.events.scaler import ScalerLimits
+from lodestream.schemas.resources import PRINTABLE_PATTERN
 from lodestream.schemas.retry import RetryBackoff
 from lodestream.schemas.subjects import SiteSlug
 
@@ -92,8 +102,46 @@ class ProcessingSettings(_Strict):
     workers: int = Field(4, ge=1, le=64)
 
 
+SchedulerType = Literal["local", "slurm", "pbs", "lsf", "cobalt", "flux"]
+OptionName = Annotated[str, Field(pattern=SCHEDULER_OPTION_PATTERN)]
+OptionValue = Annotated[str, Field(max_length=1024, pattern=PRINTABLE_PATTERN)]
+
+
+class SchedulerSettings(_Strict):
+    """The site's batch scheduler and how the agent submits pilots to it.
+
+    ``adapter`` holds further settings of the backend (``LsfScheduler``'s
+    ``slots_per_node``, ``PbsScheduler``'s ``queue_attribute``, ...). Paths are relative to
+    the site directory. A request's ``options`` reach the scheduler only if their names are
+    in ``request_options``: an option such as Slurm's ``--export`` or ``--chdir`` could
+    change what the pilot runs, so the site decides which ones its users may set.
+    """
+
+    type: SchedulerType = "local"
+    project: SchedulerWord = ""
+    queue: SchedulerWord = ""
+    options: dict[OptionName, OptionValue] = Field(default_factory=dict)
+    request_options: tuple[OptionName, ...] = ()
+    template: Path = Path("job-template.sh")
+    script_dir: Path = Path("batch")
+    sync_interval_s: float = Field(5.0, gt=0, le=3600)
+    # Syncs a batch job may be missing from the scheduler's queue, with no accounting record,
+    # before it is taken to have ended ("vanished from the queue").
+    vanish_after: int = Field(2, ge=1, le=1000)
+    timeout_s: float = Field(60.0, gt=0, le=3600)  # per scheduler command
+    jobcomp_path: Path | None = None  # Slurm without slurmdbd: its jobcomp/filetxt log
+    state_dir: Path = Path("batch/local")  # the local scheduler's jobs
+    seconds_per_minute: float = Field(60.0, gt=0)  # the local scheduler's minute (tests)
+    adapter: dict[str, str | int | float | bool] = Field(default_factory=dict)
+
+
 class CleanerSettings(_Strict):
     interval_s: float = Field(30.0, gt=0)
+
+
+BACKFILL_SCHEDULERS: Final = frozenset({"slurm", "pbs", "lsf", "cobalt"})
+"""The scheduler types whose adapter can tell backfill windows (``capabilities.backfill``;
+a test checks this against the adapters)."""
 
 
 class ElasticSettings(ScalerLimits):
@@ -118,8 +166,18 @@ class SiteSettings(_Strict):
     launcher: LauncherSettings = LauncherSettings()
     processing: ProcessingSettings = ProcessingSettings()
     cleaner: CleanerSettings = CleanerSettings()
+    scheduler: SchedulerSettings = SchedulerSettings()
     elastic: ElasticSettings = ElasticSettings()
     directory: Path = Path()
+
+    @model_validator(mode="after")
+    def _backfill_is_answerable(self) -> Self:
+        if self.elastic.use_backfill and self.scheduler.type not in BACKFILL_SCHEDULERS:
+            raise ValueError(
+                f"elastic.use_backfill: the {self.scheduler.type} scheduler cannot tell backfill "
+                f"windows (only {', '.join(sorted(BACKFILL_SCHEDULERS))} can)"
+            )
+        return self
 
     @property
     def seed_path(self) -> Path:
@@ -141,6 +199,10 @@ class SiteSettings(_Strict):
     @property
     def log_dir(self) -> Path:
         return self.directory / "log"
+
+    def site_path(self, path: Path) -> Path:
+        """``path`` from the settings file: relative to the site directory, not the cwd."""
+        return path if path.is_absolute() else self.directory / path
 
     def to_yaml(self) -> str:
         data: dict[str, Any] = self.model_dump(mode="json", exclude={"directory"})

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from lodestream.client.cli import jobs, services, site, stack
+from lodestream.client.cli import jobs, queue, services, site, stack
 
 app = typer.Typer(
     name="lode",
@@ -21,6 +21,7 @@ app.add_typer(services.user_app, name="user")
 app.add_typer(site.site_app, name="site")
 app.command("launcher")(site.launcher)
 app.add_typer(jobs.job_app, name="job")
+app.add_typer(queue.queue_app, name="queue")
 
 if __name__ == "__main__":
     app()

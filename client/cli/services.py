@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from lodestream import aio
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
-from lodestream.services.embedded.state import StackRole, apply_stack_environment
 from lodestream.settings import Settings
+
+if TYPE_CHECKING:
+    from lodestream.services.embedded.state import StackRole
 
 projector_app = typer.Typer(help="The projector: folds the log into the Postgres read models.")
 user_app = typer.Typer(help="API users and tokens.")
@@ -21,6 +24,8 @@ def _settings(state_dir: Path, role: StackRole) -> Settings:
 
     ``role`` picks the stack's Postgres login: each command gets the least it needs.
     """
+    from lodestream.services.embedded.state import apply_stack_environment  # noqa: PLC0415
+
     apply_stack_environment(state_dir, role)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     return Settings()

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import typer
@@ -153,6 +154,9 @@ def launcher(
     site: Path = typer.Option(..., "--site", help="Site directory."),
     wall_time_min: float = typer.Option(60.0, min=0.1, help="Wall time of this pilot."),
     mode: str = typer.Option("serial", help="serial, or mpi (needs an MPI app launcher)."),
+    batch_job_id: str | None = typer.Option(
+        None, "--batch-job-id", help="The batch job this pilot runs in (set by its job script)."
+    ),
 ) -> None:
     """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
     from lodestream.agents.launcher.main import run  # noqa: PLC0415
@@ -165,13 +169,17 @@ def launcher(
 
     if mode not in {"serial", "mpi"}:
         raise typer.BadParameter("mode must be serial or mpi")
+    try:
+        batch = uuid.UUID(batch_job_id) if batch_job_id is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(f"--batch-job-id {batch_job_id!r} is not a UUID") from exc
     if mode == "mpi":
         err_console.print("[red]error:[/red] mpi mode needs an MPI app launcher (mpiexec/srun), "
                           "which this site's platform does not provide yet")  # fmt: skip
         raise typer.Exit(2)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
-        report = aio.run(run(site, wall_time_min=wall_time_min))
+        report = aio.run(run(site, wall_time_min=wall_time_min, batch_job_id=batch))
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc

@@ -8,19 +8,22 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
-from sqlalchemy.engine import make_url
 
-from lodestream.agents.site.directory import init_site_dir
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, err_console
 from lodestream.client.config import ClientConfig
-from lodestream.client.demo import DEMO_SITE, DemoStopped, run_demo
 from lodestream.client.errors import ApiError
 from lodestream.client.sdk import LodeClient
-from lodestream.services.embedded import EmbeddedStack, StackInfo, StackPorts
-from lodestream.services.embedded.process import ServiceProcess
+
+if TYPE_CHECKING:
+    from lodestream.services.embedded import EmbeddedStack, StackInfo
+
+# The stack (Postgres, alembic, SQLAlchemy, the services) is imported only by `lode up`: every
+# `lode` command imports this module, and a pilot (`lode launcher`) starts seconds sooner
+# without it.
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,9 @@ def up(
     api_port: int = typer.Option(8400, help="API port (loopback)."),
 ) -> None:
     """Start nats-server, Postgres, migrations, streams, api and projector; Ctrl-C stops all."""
+    from lodestream.client.demo import DemoStopped  # noqa: PLC0415
+    from lodestream.services.embedded import EmbeddedStack, StackPorts  # noqa: PLC0415
+
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ports = StackPorts(
         nats=nats_port, websocket=websocket_port, nats_http=nats_port + 4000,
@@ -82,6 +88,8 @@ def up(
 
 
 def _print_info(info: StackInfo) -> None:
+    from sqlalchemy.engine import make_url  # noqa: PLC0415
+
     table = Table(title="lodestream embedded stack", show_header=False)
     table.add_row("API", info.api_url)
     table.add_row("user / token", f"{info.user} / {info.token}")
@@ -106,6 +114,10 @@ def _supervise(stack: EmbeddedStack, stop: threading.Event) -> None:
 
 def _start_local_site(stack: EmbeddedStack, info: StackInfo) -> None:
     """The demo's site: created once under the state dir, then its agent and one pilot."""
+    from lodestream.agents.site.directory import init_site_dir  # noqa: PLC0415
+    from lodestream.client.demo import DEMO_SITE  # noqa: PLC0415
+    from lodestream.services.embedded.process import ServiceProcess  # noqa: PLC0415
+
     site_dir = info.state_dir / "sites" / DEMO_SITE
     if not (site_dir / "settings.yml").exists():
         public_key = init_site_dir(
@@ -132,6 +144,8 @@ def _start_local_site(stack: EmbeddedStack, info: StackInfo) -> None:
 
 
 def _demo(info: StackInfo, count: int, stop: threading.Event) -> None:
+    from lodestream.client.demo import run_demo  # noqa: PLC0415
+
     def show(states: dict[str, int]) -> None:
         console.print("  " + ", ".join(f"{k} {v}" for k, v in sorted(states.items())))
 

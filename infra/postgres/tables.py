@@ -138,7 +138,12 @@ batch_jobs = Table(
     _ts("created_at", nullable=False),
     _ts("updated_at", nullable=False),
     Column("last_seq", BigInteger, nullable=False),
-    # The actor of batch.requested: a user's, or the site's own elastic queue (site:<site>).
+    # Added by migration 0002, hence last.
+    Column("scheduler", Text),  # the adapter (slurm, pbs, local, ...)
+    Column("scheduler_state", Text),  # how the scheduler says it ended (walltime_expired, ...)
+    Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Added by migration 0003: the actor of batch.requested, a user's or the site's own
+    # elastic queue's (site:<site>).
     Column("requested_by", Text, nullable=False, server_default=""),
     schema=READ_SCHEMA,
 )

@@ -140,6 +140,9 @@ class BatchStatus:
     elapsed_s: int | None = None
     reason: str = ""
     exit_code: int | None = None
+    # The job's name as submitted (``job_name``), where the listing shows it ('' otherwise):
+    # a submitter that lost the id can find its job again by the name it gave it.
+    name: str = ""
 
     @property
     def final(self) -> bool:

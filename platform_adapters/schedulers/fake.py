@@ -188,6 +188,7 @@ class FakeScheduler(Scheduler):
                 else int((until - view.start_time).total_seconds()),
                 reason=view.reason,
                 exit_code=view.exit_code,
+                name=job.request.job_name,
             )
         return found
 

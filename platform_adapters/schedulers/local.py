@@ -173,6 +173,7 @@ class LocalScheduler(Scheduler):
             elapsed_s=seconds_between(job.started, job.ended or datetime.now(UTC)),
             reason=job.reason,
             exit_code=job.returncode,
+            name=str(job.meta.get("job_name", "")),
         )
 
     def delete_job(self, scheduler_id: str) -> bool:

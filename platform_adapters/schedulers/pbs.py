@@ -253,6 +253,7 @@ def _status(job_id: str, job: dict[str, Any], now: datetime, tz: tzinfo | None) 
         elapsed_s=used if used is not None else seconds_between(start, now),
         reason=str(job.get("comment", "")),
         exit_code=exit_status,
+        name=str(job.get("Job_Name", "")),
     )
 
 

@@ -1,50 +1,101 @@
-"""Pilot batch-job events: requested → submitted → queued → running → finished."""
+"""Pilot batch-job events: requested → submitted → queued → running → finished.
+
+The lifecycle these events make, as data, is :mod:`lodestream.schemas.batch`.
+"""
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from lodestream.schemas.envelope import Event, EventData
-from lodestream.schemas.resources import INT32_MAX, INT32_MIN
+from lodestream.schemas.resources import (
+    INT32_MAX,
+    INT32_MIN,
+    PRINTABLE_PATTERN,
+    TagKey,
+    TagValue,
+    Text,
+)
+from lodestream.schemas.upcast import upcaster
+
+MAX_WALL_TIME_MIN: Final = 60 * 24 * 365
+MAX_NODES: Final = 1_000_000
+MAX_OPTIONS: Final = 32
+# A scheduler option's name becomes `--name=value` (Slurm), `-l name=value` (PBS) or
+# `-name value` (LSF): a letter first, so it can never be read as a different flag.
+SCHEDULER_OPTION_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+# A queue or project is the value of one flag and one script directive: a single printable
+# word that cannot read as an option.
+SCHEDULER_WORD_PATTERN: Final = r"^(?:[^\s\x00-\x1f\x7f-\x9f-][^\s\x00-\x1f\x7f-\x9f]{0,127})?$"
+SCHEDULER_NAME_PATTERN: Final = r"^[a-z0-9_-]{0,32}$"
+
+SchedulerWord = Annotated[str, StringConstraints(pattern=SCHEDULER_WORD_PATTERN)]
+OptionName = Annotated[str, StringConstraints(pattern=SCHEDULER_OPTION_PATTERN)]
+# One line of a batch script directive: no line break, no control character.
+OptionValue = Annotated[str, StringConstraints(max_length=1024, pattern=PRINTABLE_PATTERN)]
+SchedulerName = Annotated[str, StringConstraints(pattern=SCHEDULER_NAME_PATTERN)]
 
 
 class BatchRequestData(EventData):
-    num_nodes: int = Field(ge=1, le=INT32_MAX)
-    wall_time_min: int = Field(ge=1, le=INT32_MAX)
-    queue: str = ""
-    project: str = ""
+    """A pilot batch job to submit. ``options`` are scheduler-native settings (Slurm
+    ``--qos=debug`` is ``{"qos": "debug"}``); a site passes only the names it allows
+    (``scheduler.request_options`` in its settings). ``filter_tags`` restrict the pilot to
+    jobs carrying these tags."""
+
+    num_nodes: int = Field(ge=1, le=MAX_NODES)
+    wall_time_min: int = Field(ge=1, le=MAX_WALL_TIME_MIN)
+    queue: SchedulerWord = ""
+    project: SchedulerWord = ""
     job_mode: Literal["serial", "mpi"] = "mpi"
-    filter_tags: dict[str, str] = Field(default_factory=dict)
+    filter_tags: dict[TagKey, TagValue] = Field(default_factory=dict, max_length=64)
+    options: dict[OptionName, OptionValue] = Field(default_factory=dict, max_length=MAX_OPTIONS)
 
 
 class BatchSubmittedData(EventData):
-    scheduler_id: str
+    scheduler_id: Annotated[str, StringConstraints(min_length=1, max_length=255)]
+    scheduler: SchedulerName = ""  # which adapter: slurm, pbs, local, ...
 
 
 class BatchFinishedData(EventData):
+    """How the batch job ended: the script's ``exit_code``, the scheduler's final ``state``
+    (a :class:`~lodestream.schemas.resources.SchedulerState` value, e.g. ``walltime_expired``)
+    and, in ``reason``, the scheduler's words or why the site concluded it ended."""
+
     exit_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
-    state: str = ""
-    reason: str = ""
+    state: Text = ""
+    reason: Text = ""
 
 
 class BatchReasonData(EventData):
-    reason: str = ""
+    reason: Text = ""
 
 
 class BatchJobRequested(Event):
     event_type: ClassVar[str] = "batch.requested"
     type: Literal["batch.requested"] = "batch.requested"
-    v: Literal[1] = 1
+    v: Literal[2] = 2
     data: BatchRequestData
+
+
+@upcaster("batch.requested", 1)
+def _requested_v1(document: dict[str, Any]) -> dict[str, Any]:
+    # v2 added data.options (none in v1) and bounded queue and project to one word.
+    return document
 
 
 class BatchJobSubmitted(Event):
     event_type: ClassVar[str] = "batch.submitted"
     type: Literal["batch.submitted"] = "batch.submitted"
-    v: Literal[1] = 1
+    v: Literal[2] = 2
     data: BatchSubmittedData
+
+
+@upcaster("batch.submitted", 1)
+def _submitted_v1(document: dict[str, Any]) -> dict[str, Any]:
+    # v2 added data.scheduler, the adapter's name; v1 did not say.
+    return document
 
 
 class BatchJobQueued(Event):

@@ -46,6 +46,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lodestream.eventlog import EventLogError
+from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SCHEDULER_WORD_PATTERN
 from lodestream.schemas.resources import APP_NAME_PATTERN, NUL_FREE_PATTERN, PRINTABLE_PATTERN
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
 from lodestream.services.api.models import TAG_FILTER_PATTERN, ErrorBody
@@ -140,6 +141,8 @@ _PATTERN_RULES: Final = {
     SITE_SLUG_PATTERN: "a site name is 1-40 lowercase letters, digits and inner hyphens",
     APP_NAME_PATTERN: "an app name is a letter or '_', then up to 79 letters, digits, '_.-'",
     TAG_FILTER_PATTERN: "a tag filter is key:value, the key 1-64 letters, digits or '_.-'",
+    SCHEDULER_WORD_PATTERN: "one word of at most 128 printable characters, not starting with '-'",
+    SCHEDULER_OPTION_PATTERN: "an option name is a letter, then up to 63 letters, digits, '_-'",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
+from lodestream.schemas.events.batch import BatchRequestData
 from lodestream.schemas.events.scaler import (
     ScalerBacklogData,
     ScalerDeletion,
@@ -268,6 +269,58 @@ class AppOut(BaseModel):
 
     @classmethod
     def from_row(cls, row: RowMapping) -> AppOut:
+        return cls.model_validate(dict(row))
+
+
+# --- pilot batch jobs -----------------------------------------------------------------------
+
+
+class BatchJobCreate(BatchRequestData):
+    """A pilot to submit at the site: the request's rules are the event's (one definition).
+
+    ``job_mode`` defaults to ``serial`` here: a pilot that packs single-node jobs on its
+    nodes, the common case. ``options`` reach the scheduler only where the site's settings
+    allow their names (``scheduler.request_options``); the site refuses the others with
+    ``batch.submit_failed``.
+    """
+
+    job_mode: Literal["serial", "mpi"] = "serial"
+    idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
+
+    def request(self) -> BatchRequestData:
+        return BatchRequestData.model_validate(self.model_dump(exclude={"idempotency_key"}))
+
+
+class BatchJobAccepted(Wire):
+    id: uuid.UUID
+    site: str
+    state: str
+    seq: int
+    duplicate: bool = False
+
+
+class BatchJobOut(BaseModel):
+    id: uuid.UUID
+    site: str
+    state: str
+    scheduler: str | None
+    scheduler_id: str | None
+    scheduler_state: str | None
+    num_nodes: int
+    wall_time_min: int
+    queue: str
+    project: str
+    job_mode: str
+    filter_tags: dict[str, str]
+    options: dict[str, str]
+    exit_code: int | None
+    reason: str | None
+    created_at: datetime
+    updated_at: datetime
+    last_seq: int
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> BatchJobOut:
         return cls.model_validate(dict(row))
 
 

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from lodestream.infra.postgres.tables import (
     api_tokens,
     apps,
+    batch_jobs,
     job_events,
     jobs,
     scaler_decisions,
@@ -272,3 +273,39 @@ async def scaler_decisions_of(conn: AsyncConnection, site: str, limit: int) -> S
         .limit(limit)
     )
     return result.mappings().all()
+
+
+# --- pilot batch jobs --------------------------------------------------------------------
+
+
+def _own_sites(owner: str) -> Select[Any]:
+    return select(sites.c.name).where(sites.c.owner == owner, sites.c.removed_at.is_(None))
+
+
+async def list_batch_jobs(
+    conn: AsyncConnection,
+    owner: str,
+    *,
+    site: str | None = None,
+    states: Sequence[str] = (),
+    limit: int = 100,
+) -> Sequence[RowMapping]:
+    """The owner's batch jobs, newest first (``batch_jobs_site_state`` serves a site's)."""
+    query = select(batch_jobs).where(batch_jobs.c.site.in_(_own_sites(owner)))
+    if site is not None:
+        query = query.where(batch_jobs.c.site == site)
+    if states:
+        query = query.where(batch_jobs.c.state.in_(list(states)))
+    query = query.order_by(batch_jobs.c.created_at.desc(), batch_jobs.c.id).limit(limit)
+    return await _rows(conn, query)
+
+
+async def get_batch_job(
+    conn: AsyncConnection, owner: str, batch_id: uuid.UUID
+) -> RowMapping | None:
+    result = await conn.execute(
+        select(batch_jobs).where(
+            batch_jobs.c.id == batch_id, batch_jobs.c.site.in_(_own_sites(owner))
+        )
+    )
+    return result.mappings().one_or_none()

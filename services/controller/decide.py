@@ -208,18 +208,25 @@ def on_session_expired(
     marker_seq: int,
     held: Iterable[LeasedJob],
     at: datetime,
+    *,
+    batch: str | None = None,
 ) -> list[Append]:
-    """Fence a dead session: unstarted leases expire, running jobs time out."""
+    """Fence a dead session: unstarted leases expire, running jobs time out.
+
+    ``batch`` is the batch job the session ran in, as the read model shows it (see
+    ``ReadModel.session_batch``): the next link of a timed-out run's cause chain.
+    """
     cause = derived_id("hb-expired", site, str(session_id), str(marker_seq))
     appends: list[Append] = []
     expired = timed_out = 0
     reason = f"session {session_id} heartbeat expired"
+    chain = (reason, batch) if batch else (reason,)
     for job in held:
         if job.state == JobState.RUNNING:
             timed_out += 1
             event: Event = JobRunTimedOut.create(
                 site=site, aggregate_id=job.id, actor=ACTOR, occurred_at=at,
-                data=RunResultData(cause=(reason,), work=job.spec, attempt=job.attempt),
+                data=RunResultData(cause=chain, work=job.spec, attempt=job.attempt),
                 event_id=_id(cause, f"job.run_timed_out@{job.last_seq}", job.id),
                 causation_id=cause,
             )  # fmt: skip
@@ -227,7 +234,7 @@ def on_session_expired(
             expired += 1
             event = JobLeaseExpired.create(
                 site=site, aggregate_id=job.id, actor=ACTOR, occurred_at=at,
-                data=LeaseData(session_id=session_id, reason=reason, work=job.spec,
+                data=LeaseData(session_id=session_id, reason="; ".join(chain), work=job.spec,
                                attempt=job.attempt),
                 event_id=_id(cause, f"job.lease_expired@{job.last_seq}", job.id),
                 causation_id=cause,

@@ -404,8 +404,9 @@ class Controller:
             info = await self._js.stream_info(EVENTS_STREAM)
             await self._reads.wait_for(int(info.state.last_seq))
             held = await self._reads.held_by(site, session_id)
+            batch = await self._reads.session_batch(site, session_id) if held else None
             appends = decide.on_session_expired(
-                site, session_id, marker_seq, held, datetime.now(UTC)
+                site, session_id, marker_seq, held, datetime.now(UTC), batch=batch
             )
             if not await self._append(appends):
                 return

@@ -21,8 +21,10 @@ from lodestream.infra.postgres.tables import (
     job_events,
     jobs,
     scalers,
+    sessions,
     sites,
 )
+from lodestream.schemas.batch import batch_cause
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.states import RUNNABLE, JobState
 from lodestream.schemas.subjects import EVENTS_STREAM
@@ -56,6 +58,18 @@ _HELD_BY: Final = Compiled.of(
         jobs.c.state == any_(bindparam("states")),
     )
 )
+# The batch job a session ran in, at the session's own site: no other site's rows are read.
+_SESSION_BATCH: Final = Compiled.of(
+    select(
+        batch_jobs.c.id, batch_jobs.c.scheduler, batch_jobs.c.scheduler_id, batch_jobs.c.state,
+        batch_jobs.c.scheduler_state,
+    )
+    .select_from(sessions.join(batch_jobs, batch_jobs.c.id == sessions.c.batch_job_id))
+    .where(
+        sessions.c.id == bindparam("session"), sessions.c.site == bindparam("site"),
+        batch_jobs.c.site == bindparam("site"),
+    )
+)  # fmt: skip
 _APPLIED: Final = Compiled.of(
     select(job_events.c.seq).where(job_events.c.seq == any_(bindparam("seqs")))
 )
@@ -176,6 +190,20 @@ class ReadModel:
             LeasedJob(r[0], JobState(r[1]), int(r[2]), max(int(r[3]), 1), spec_from_row(r[4:]))
             for r in await cursor.fetchall()
         ]
+
+    async def session_batch(self, site: str, session_id: uuid.UUID) -> str | None:
+        """The batch-job link of the cause chain of what the session held, if it ran in one:
+        ``batch job <id> (slurm 1234): walltime_expired`` once the job ended, else its state."""
+        conn = await self._c()
+        cursor = await conn.execute(
+            _SESSION_BATCH.sql, _SESSION_BATCH.params(session=session_id, site=site)
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            return None
+        batch_id, scheduler, scheduler_id, state, scheduler_state = row
+        return batch_cause(batch_id, scheduler=scheduler or "", scheduler_id=scheduler_id,
+                           verdict=scheduler_state or state)  # fmt: skip
 
     async def applied(self, seqs: list[int]) -> set[int]:
         """Which of ``seqs`` the projector folded as job events (the rest it quarantined)."""

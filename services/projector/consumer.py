@@ -32,7 +32,12 @@ from psycopg import AsyncConnection
 
 from lodestream.eventlog.pull import CONNECTION_ERRORS, PullConsumer, PullLoop
 from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
-from lodestream.services.projector.projection import Changes, Projection, job_ids_to_load
+from lodestream.services.projector.projection import (
+    Changes,
+    Projection,
+    batch_ids_to_load,
+    job_ids_to_load,
+)
 from lodestream.services.projector.rows import QuarantineRow
 from lodestream.services.projector.store import ProjectionStore
 
@@ -254,8 +259,9 @@ class Projector:
                 return
             if self._contiguous and pending[0][0].seq != position + 1:
                 raise Gap(position)
+            events = [d for _, d in pending if not isinstance(d, QuarantineRow)]
             known = await self._store.load_known(
-                conn, job_ids_to_load(d for _, d in pending if not isinstance(d, QuarantineRow))
+                conn, job_ids_to_load(events), batch_ids_to_load(events)
             )
             changes = Changes()
             projection = Projection(known, changes)

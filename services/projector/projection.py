@@ -13,12 +13,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from lodestream.schemas.batch import next_batch_state
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
     AppUpdated,
+    BatchJobDeletionRequested,
     BatchJobFinished,
     BatchJobRequested,
     BatchJobSubmitFailed,
@@ -45,6 +47,7 @@ from lodestream.schemas.events.job import FinishedData, RunResultData
 from lodestream.schemas.events.scaler import scaler_id
 from lodestream.schemas.fold import apply, check_creation
 from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import BatchJobState
 from lodestream.services.projector.messages import (
     Decoded,
     EventMessage,
@@ -75,6 +78,7 @@ class Known:
 
     jobs: dict[uuid.UUID, JobProgress | JobRecord] = field(default_factory=dict)
     site_owners: dict[str, str] = field(default_factory=dict)  # live sites only
+    batch_states: dict[uuid.UUID, BatchJobState] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -93,11 +97,16 @@ class Changes:
 
 
 def job_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
-    return {
-        m.event.aggregate_id
-        for m in decoded
-        if isinstance(m, EventMessage) and m.event.type.startswith("job.")
-    }
+    return _ids_of_kind(decoded, "job")
+
+
+def batch_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
+    return _ids_of_kind(decoded, "batch")
+
+
+def _ids_of_kind(decoded: Iterable[Decoded], kind: str) -> set[uuid.UUID]:
+    return {m.event.aggregate_id for m in decoded
+            if isinstance(m, EventMessage) and m.event.kind == kind}  # fmt: skip
 
 
 class Projection:
@@ -247,6 +256,13 @@ class Projection:
                 self._op("app_removed", **base, name=data.name)
 
     def _batch_event(self, seq: int, event: Event) -> None:
+        if event.actor.startswith("user:"):
+            self._require_owner(event)  # a user asks only the sites they own for pilots
+        elif event.site not in self.known.site_owners:
+            raise IllegalTransition(f"{event.type} for unregistered site {event.site!r}")
+        batch_id = event.aggregate_id
+        state = next_batch_state(self.known.batch_states.get(batch_id), event.type)
+        self.known.batch_states[batch_id] = state
         match event:
             case BatchJobRequested(data=data):
                 self._op(
@@ -254,19 +270,22 @@ class Projection:
                     site=event.site,
                     seq=seq,
                     at=event.occurred_at,
-                    id=event.aggregate_id,
-                    **data.model_dump(exclude={"filter_tags"}),
+                    id=batch_id,
+                    **data.model_dump(exclude={"filter_tags", "options"}),
                     filter_tags=jsonb(data.filter_tags),
+                    options=jsonb(data.options),
                     requested_by=event.actor,
                 )
             case BatchJobSubmitted(data=data):
-                self._batch(event, seq, "submitted", scheduler_id=data.scheduler_id)
+                self._batch(event, seq, state, scheduler_id=data.scheduler_id,
+                            scheduler=data.scheduler or None)  # fmt: skip
             case BatchJobFinished(data=data):
-                self._batch(event, seq, "finished", exit_code=data.exit_code, reason=data.reason)
-            case BatchJobSubmitFailed(data=data):
-                self._batch(event, seq, "submit_failed", reason=data.reason)
+                self._batch(event, seq, state, exit_code=data.exit_code, reason=data.reason,
+                            scheduler_state=data.state or None)  # fmt: skip
+            case BatchJobSubmitFailed(data=data) | BatchJobDeletionRequested(data=data):
+                self._batch(event, seq, state, reason=data.reason)
             case _:
-                self._batch(event, seq, event.type.partition(".")[2])
+                self._batch(event, seq, state)
 
     def _session(self, seq: int, event: Event) -> None:
         base = {"site": event.site, "seq": seq, "at": event.occurred_at, "id": event.aggregate_id}
@@ -334,15 +353,16 @@ class Projection:
                     inputs=data.model_dump_json(include={"backlog", "windows", "limits"}),
                 )
 
-    def _batch(self, event: Event, seq: int, state: str, **values: Any) -> None:
-        fields = {"scheduler_id": None, "exit_code": None, "reason": None} | values
+    def _batch(self, event: Event, seq: int, state: BatchJobState, **values: Any) -> None:
+        fields = {"scheduler_id": None, "scheduler": None, "scheduler_state": None,
+                  "exit_code": None, "reason": None} | values  # fmt: skip
         self._op(
             "batch_state",
             id=event.aggregate_id,
             site=event.site,
             seq=seq,
             at=event.occurred_at,
-            state=state,
+            state=state.value,
             **fields,
         )
 

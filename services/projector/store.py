@@ -13,6 +13,7 @@ from typing import Any, Final, LiteralString
 
 from psycopg import AsyncConnection, sql
 
+from lodestream.schemas.resources import BatchJobState
 from lodestream.services.projector.projection import Changes, Known, Op
 from lodestream.services.projector.rows import (
     JOB_COLUMNS,
@@ -46,15 +47,17 @@ _OPS: Final[dict[str, LiteralString]] = {
     "app_removed": "DELETE FROM {s}.apps WHERE site = %(site)s AND name = %(name)s",
     "batch_requested": """
         INSERT INTO {s}.batch_jobs (id, site, state, num_nodes, wall_time_min, queue, project,
-                                    job_mode, filter_tags, created_at, updated_at, last_seq,
-                                    requested_by)
+                                    job_mode, filter_tags, options, created_at, updated_at,
+                                    last_seq, requested_by)
         VALUES (%(id)s, %(site)s, 'requested', %(num_nodes)s, %(wall_time_min)s, %(queue)s,
-                %(project)s, %(job_mode)s, %(filter_tags)s, %(at)s, %(at)s, %(seq)s,
-                %(requested_by)s)
+                %(project)s, %(job_mode)s, %(filter_tags)s, %(options)s, %(at)s, %(at)s,
+                %(seq)s, %(requested_by)s)
         ON CONFLICT (id) DO NOTHING""",
     "batch_state": """
         UPDATE {s}.batch_jobs SET state = %(state)s,
             scheduler_id = COALESCE(%(scheduler_id)s, scheduler_id),
+            scheduler = COALESCE(%(scheduler)s, scheduler),
+            scheduler_state = COALESCE(%(scheduler_state)s, scheduler_state),
             exit_code = COALESCE(%(exit_code)s, exit_code), reason = COALESCE(%(reason)s, reason),
             updated_at = %(at)s, last_seq = %(seq)s
         WHERE id = %(id)s AND site = %(site)s""",
@@ -136,8 +139,20 @@ class ProjectionStore:
         assert row is not None
         return int(row[0])
 
-    async def load_known(self, conn: AsyncConnection[Any], job_ids: Iterable[uuid.UUID]) -> Known:
+    async def load_known(
+        self,
+        conn: AsyncConnection[Any],
+        job_ids: Iterable[uuid.UUID],
+        batch_ids: Iterable[uuid.UUID] = (),
+    ) -> Known:
         known = Known()
+        wanted = list(batch_ids)
+        if wanted:
+            cursor = await conn.execute(
+                _q("SELECT id, state FROM {s}.batch_jobs WHERE id = ANY(%s)", self.schema),
+                (wanted,),
+            )
+            known.batch_states = {row[0]: BatchJobState(row[1]) for row in await cursor.fetchall()}
         ids = list(job_ids)
         if ids:
             select = sql.SQL("SELECT id, site, {cols} FROM {s}.jobs WHERE id = ANY(%s)").format(

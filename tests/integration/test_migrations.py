@@ -92,7 +92,7 @@ def test_head_matches_tables_metadata(empty_database_url: str) -> None:
 
     migrate.upgrade(empty_database_url)
 
-    assert migrate.current(empty_database_url) == migrate.head() == "0002"
+    assert migrate.current(empty_database_url) == migrate.head() == "0003"
     assert migrate.schema_diff(empty_database_url) == []
     # Alembic does not compare access methods and operator classes (GIN, jsonb_path_ops).
     assert _live_index_methods(empty_database_url) == _expected_index_methods()
@@ -138,7 +138,7 @@ def test_downgrade_to_base_removes_everything_and_upgrade_again(empty_database_u
     migrate.upgrade(empty_database_url)
     migrate.upgrade(empty_database_url)  # already at head: nothing to do
 
-    assert migrate.current(empty_database_url) == "0002"
+    assert migrate.current(empty_database_url) == migrate.head()
     assert migrate.schema_diff(empty_database_url) == []
 
 
@@ -149,7 +149,7 @@ def test_upgrade_accepts_sqlalchemy_urls(empty_database_url: str) -> None:
 
     migrate.upgrade(sa_url)
 
-    assert migrate.current(empty_database_url) == "0002"
+    assert migrate.current(empty_database_url) == migrate.head()
 
 
 def test_sqlalchemy_url_refuses_other_databases() -> None:
@@ -160,7 +160,7 @@ def test_sqlalchemy_url_refuses_other_databases() -> None:
 def test_each_test_gets_a_migrated_database_of_its_own(
     database_url: str, sa_engine: Engine
 ) -> None:
-    assert migrate.current(database_url) == "0002"
+    assert migrate.current(database_url) == migrate.head()
     with sa_engine.begin() as conn:
         conn.execute(text("INSERT INTO public.users (name, created_at) VALUES ('ada', now())"))
         assert conn.execute(text("SELECT count(*) FROM rm.jobs")).scalar_one() == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from lodestream.agents.site.scheduler.template import DEFAULT_TEMPLATE
 from lodestream.agents.site.settings import SiteSettings, load_site_settings
 from tests.fixtures.nats import SecureNats
 from tests.support.processes import TEST_HEARTBEAT_TTL_S
@@ -23,6 +24,7 @@ def make_site_dir(
     ca_file: Path,
     seed_file: Path,
     processing: dict[str, object] | None = None,
+    scheduler: dict[str, object] | None = None,
     nats: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
@@ -33,6 +35,7 @@ def make_site_dir(
     shutil.copy(seed_file, directory / "site.nk")
     for app in TEST_APPS.glob("*.py"):
         shutil.copy(app, directory / "apps" / app.name)
+    shutil.copy(DEFAULT_TEMPLATE, directory / "job-template.sh")
     settings = SiteSettings.model_validate(
         {
             "site": site,
@@ -41,6 +44,7 @@ def make_site_dir(
             "launcher": {"heartbeat_ttl_s": round(TEST_HEARTBEAT_TTL_S), "idle_ttl_s": 30,
                          "virtual_nodes": 2, "cores_per_node": 4, **launcher},
             "processing": {"retry_backoff": TEST_RETRY_BACKOFF, **(processing or {})},
+            "scheduler": scheduler or {},
         }
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())
@@ -51,6 +55,7 @@ def secure_site_dir(
     secure: SecureNats,
     root: Path,
     processing: dict[str, object] | None = None,
+    scheduler: dict[str, object] | None = None,
     *,
     site: str = "alpha",
     wss_url: str | None = None,
@@ -61,5 +66,6 @@ def secure_site_dir(
     ``wss_url`` if its processes reach the server another way (through a proxy)."""
     return make_site_dir(
         root, site, wss_url=wss_url or secure.server.websocket_url, ca_file=secure.ca_file,
-        seed_file=secure.seed_files[site], processing=processing, nats=nats, **launcher,
+        seed_file=secure.seed_files[site], processing=processing, scheduler=scheduler,
+        nats=nats, **launcher,
     )  # fmt: skip

@@ -431,6 +431,18 @@ def test_fencing_is_legal_for_the_holder_and_frees_the_job(state: JobState) -> N
     assert after.state is (JobState.RUN_TIMEOUT if state is JobState.RUNNING else state)
 
 
+def test_fencing_names_the_batch_job_the_session_ran_in() -> None:
+    batch = "batch job 01900000-0000-7000-8000-0000000000b1 (slurm 77): walltime_expired"
+    appends = decide.on_session_expired(SITE, SESSION, 99, HELD, AT, batch=batch)
+    reason = f"session {SESSION} heartbeat expired"
+    assert isinstance(appends[0].event.data, RunResultData)
+    assert appends[0].event.data.cause == (reason, batch)
+    assert isinstance(appends[1].event.data, LeaseData)
+    assert appends[1].event.data.reason == f"{reason}; {batch}"
+    plain = decide.on_session_expired(SITE, SESSION, 99, HELD, AT)
+    assert [a.event.id for a in appends] == [a.event.id for a in plain]  # same facts, same ids
+
+
 def test_fencing_ids_follow_the_marker_and_each_jobs_position() -> None:
     first = decide.on_session_expired(SITE, SESSION, 99, HELD, AT)
     again = decide.on_session_expired(SITE, SESSION, 99, HELD, AT)

@@ -11,13 +11,25 @@ from typing import Any
 
 import nats.errors
 import pytest
+from pydantic import ValidationError
 
-from lodestream.agents.site.elastic import ElasticQueue, backfill_scheduler, record
+from lodestream.agents.site.elastic import ElasticQueue, record
 from lodestream.agents.site.elastic.policy import plan
 from lodestream.agents.site.elastic.scalerlog import ScalerLog, Stored
-from lodestream.agents.site.settings import ElasticSettings, SiteSettings, SiteSettingsError
+from lodestream.agents.site.settings import BACKFILL_SCHEDULERS, ElasticSettings, SiteSettings
 from lodestream.eventlog import Appended, ConflictError
-from lodestream.platform_adapters.schedulers import BackfillWindow, FakeScheduler
+from lodestream.platform_adapters.schedulers import (
+    BackfillWindow,
+    CobaltScheduler,
+    FakeScheduler,
+    FluxScheduler,
+    LocalScheduler,
+    LsfScheduler,
+    PbsScheduler,
+    Scheduler,
+    SlurmScheduler,
+    scheduler_names,
+)
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import BatchJobDeletionRequested, BatchJobRequested
 from lodestream.schemas.events.scaler import (
@@ -273,16 +285,22 @@ def test_backfill_needs_a_scheduler_that_can_tell_it(tmp_path: Path) -> None:
     settings = SETTINGS.model_copy(update={"use_backfill": True})
     with pytest.raises(ValueError, match="no scheduler to tell backfill windows"):
         ElasticQueue(MemoryLog(), SITE, settings, None)
-    site = SiteSettings.model_validate({
+    site: dict[str, Any] = {
         "site": SITE, "nats": {"url": "wss://127.0.0.1:1"}, "directory": tmp_path,
         "elastic": settings.model_dump(),
-    })  # fmt: skip
-    with pytest.raises(SiteSettingsError, match="local scheduler of machine 'local' cannot"):
-        backfill_scheduler(site)
-    slurm = site.model_copy(update={"launcher": site.launcher.model_copy(
-        update={"machine": "generic-slurm"})})  # fmt: skip
-    scheduler = backfill_scheduler(slurm)
-    assert scheduler is not None
-    assert scheduler.name == "slurm"
-    off = site.model_copy(update={"elastic": SETTINGS})
-    assert backfill_scheduler(off) is None
+    }  # fmt: skip
+    for kind in ("local", "flux"):
+        with pytest.raises(ValidationError, match=f"the {kind} scheduler cannot tell backfill"):
+            SiteSettings.model_validate(site | {"scheduler": {"type": kind}})
+    assert SiteSettings.model_validate(site | {"scheduler": {"type": "slurm"}})
+
+
+def test_the_schedulers_said_to_tell_backfill_are_those_whose_adapters_can() -> None:
+    can = {name for name in scheduler_names() if _backend(name).capabilities.backfill}
+    assert can - {"fake"} == BACKFILL_SCHEDULERS
+
+
+def _backend(name: str) -> type[Scheduler]:
+    return {cls.name: cls for cls in (SlurmScheduler, PbsScheduler, LsfScheduler,
+                                      CobaltScheduler, FluxScheduler, LocalScheduler,
+                                      FakeScheduler)}[name]  # fmt: skip

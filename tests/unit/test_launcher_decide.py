@@ -338,6 +338,39 @@ def test_a_drained_task_timed_out_with_the_launchers_reason(code: int | None) ->
     assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
 
 
+BATCH = uuid.UUID("01900000-0000-7000-8000-0000000000b1")
+
+
+@pytest.mark.parametrize(
+    ("reason", "remaining_s", "verdict"),
+    [
+        ("wall time reached", 0.0, "walltime_expired"),
+        # SIGTERM in the last minute: the scheduler enforcing the wall time.
+        ("stopped", 30.0, "walltime_expired"),
+        ("stopped", 3600.0, "told to stop (deleted, preempted or shut down)"),
+        ("idle", 3600.0, "its pilot exits (idle)"),
+    ],
+)
+def test_a_pilot_in_a_batch_job_names_it_in_the_cause_chain(
+    reason: str, remaining_s: float, verdict: str
+) -> None:
+    batch = decide.PilotBatch(BATCH, "slurm", "1234")
+    outcome = decide.drained(item(), SESSION, reason, -15, batch=batch, remaining_s=remaining_s)
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.cause == (
+        f"launcher {SESSION} drained: {reason}",
+        f"batch job {BATCH} (slurm 1234): {verdict}",
+    )
+    assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
+
+
+def test_a_pilot_that_cannot_tell_its_scheduler_id_names_the_batch_job_alone() -> None:
+    outcome = decide.drained(item(), SESSION, "wall time reached", None,
+                             batch=decide.PilotBatch(BATCH))  # fmt: skip
+    assert isinstance(outcome.data, RunResultData)
+    assert outcome.data.cause[-1] == f"batch job {BATCH}: walltime_expired"
+
+
 def test_a_task_that_came_up_while_draining_timed_out() -> None:
     outcome = decide.late_start(item(attempt=2), SESSION)
     assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)

@@ -10,14 +10,17 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from pydantic import BaseModel
 
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
+    BatchJobDeletionRequested,
     BatchJobFinished,
     BatchJobQueued,
     BatchJobRequested,
+    BatchJobRunning,
     BatchJobSubmitFailed,
     BatchJobSubmitted,
     ScalerBacklog,
@@ -211,28 +214,35 @@ def test_batch_job_events_are_state_changes_of_one_row() -> None:
     events = [
         ev(
             BatchJobRequested,
-            BatchRequestData(num_nodes=2, wall_time_min=30, filter_tags={"a": "b"}),
+            BatchRequestData(num_nodes=2, wall_time_min=30, filter_tags={"a": "b"},
+                             options={"qos": "debug"}),
             actor=f"user:{OWNER}",
             aggregate=batch,
         ),
-        ev(BatchJobSubmitted, BatchSubmittedData(scheduler_id="123"), aggregate=batch),
+        ev(BatchJobSubmitted, BatchSubmittedData(scheduler_id="123", scheduler="slurm"),
+           aggregate=batch),
         ev(BatchJobQueued, BatchReasonData(), aggregate=batch),
-        ev(BatchJobFinished, BatchFinishedData(exit_code=0, reason="done"), aggregate=batch),
-        ev(BatchJobSubmitFailed, BatchReasonData(reason="no queue"), aggregate=batch),
-    ]
+        ev(BatchJobRunning, BatchReasonData(), aggregate=batch),
+        ev(BatchJobFinished, BatchFinishedData(exit_code=0, state="walltime_expired",
+                                               reason="done"), aggregate=batch),
+    ]  # fmt: skip
     projection = fresh()
     fold(projection, events)
     (requested, params), *states = ops(projection)
-    assert (requested, params["num_nodes"], params["filter_tags"]) == (
+    assert (requested, params["num_nodes"], params["filter_tags"], params["options"]) == (
         "batch_requested",
         2,
         '{"a":"b"}',
+        '{"qos":"debug"}',
     )
-    assert [(s, p["state"], p["scheduler_id"], p["exit_code"], p["reason"]) for s, p in states] == [
-        ("batch_state", "submitted", "123", None, None),
-        ("batch_state", "queued", None, None, None),
-        ("batch_state", "finished", None, 0, "done"),
-        ("batch_state", "submit_failed", None, None, "no queue"),
+    assert [
+        (p["state"], p["scheduler_id"], p["scheduler"], p["exit_code"], p["scheduler_state"])
+        for _, p in states
+    ] == [
+        ("submitted", "123", "slurm", None, None),
+        ("queued", None, None, None, None),
+        ("running", None, None, None, None),
+        ("finished", None, None, 0, "walltime_expired"),
     ]
     assert all(p["id"] == batch for _, p in ops(projection))
 
@@ -270,6 +280,25 @@ def test_scaler_events_update_the_sites_scaler_and_keep_every_decision() -> None
     assert reasons(projection) == []
 
 
+def test_a_deletion_request_is_sticky_until_the_batch_job_ends() -> None:
+    batch = uuid.uuid4()
+    request = BatchRequestData(num_nodes=1, wall_time_min=5)
+    events = [
+        ev(BatchJobRequested, request, actor=f"user:{OWNER}", aggregate=batch),
+        ev(BatchJobDeletionRequested, BatchReasonData(reason="rm"), actor=f"user:{OWNER}",
+           aggregate=batch),
+        ev(BatchJobSubmitted, BatchSubmittedData(scheduler_id="7"), aggregate=batch),
+        ev(BatchJobRunning, BatchReasonData(), aggregate=batch),
+        ev(BatchJobFinished, BatchFinishedData(state="cancelled"), aggregate=batch),
+    ]  # fmt: skip
+    projection = fresh()
+    fold(projection, events)
+    assert [p["state"] for _, p in ops(projection)[1:]] == [
+        "deletion_requested", "deletion_requested", "deletion_requested", "finished",
+    ]  # fmt: skip
+    assert reasons(projection) == []
+
+
 @pytest.mark.parametrize(
     ("aggregate", "owned", "reason"),
     [
@@ -285,6 +314,49 @@ def test_a_scaler_event_off_the_sites_scaler_is_quarantined(
     fold(projection, [ev(ScalerDecided, decided, aggregate=aggregate)])
     assert ops(projection) == []
     assert reasons(projection) == [f"illegal: scaler.decided {reason}"]
+
+
+@pytest.mark.parametrize(
+    ("history", "refused"),
+    [
+        ((), BatchJobSubmitted),  # nothing was requested
+        ((BatchJobSubmitted, BatchJobFinished), BatchJobSubmitFailed),  # it had ended
+        ((BatchJobSubmitted, BatchJobFinished), BatchJobRunning),
+        ((), BatchJobRequested),  # asked twice for one id
+    ],
+)
+def test_a_batch_event_out_of_the_lifecycle_is_quarantined(
+    history: tuple[type[Event], ...], refused: type[Event]
+) -> None:
+    batch = uuid.uuid4()
+    request = BatchRequestData(num_nodes=1, wall_time_min=5)
+    data: dict[type[Event], BaseModel] = {
+        BatchJobRequested: request,
+        BatchJobSubmitted: BatchSubmittedData(scheduler_id="7"),
+        BatchJobFinished: BatchFinishedData(),
+        BatchJobSubmitFailed: BatchReasonData(reason="no"),
+        BatchJobRunning: BatchReasonData(),
+    }
+    events = [ev(BatchJobRequested, request, actor=f"user:{OWNER}", aggregate=batch)]
+    if refused is BatchJobSubmitted:
+        events = []
+    events += [ev(cls, data[cls], aggregate=batch) for cls in history]
+    actor = f"user:{OWNER}" if refused is BatchJobRequested else SITE_ACTOR
+    events.append(ev(refused, data[refused], actor=actor, aggregate=batch))
+    projection = fresh()
+    fold(projection, events)
+    [reason] = reasons(projection)
+    assert reason.startswith(f"illegal: {refused.event_type} is not allowed")  # type: ignore[attr-defined]
+
+
+def test_only_the_site_owner_may_ask_for_a_pilot() -> None:
+    request = BatchRequestData(num_nodes=1, wall_time_min=5)
+    projection = fresh()
+    fold(projection, [ev(BatchJobRequested, request, actor="user:mallory")])
+    assert reasons(projection) == ["illegal: batch.requested by user:mallory, not the site owner"]
+    projection = fresh()
+    fold(projection, [ev(BatchJobRequested, request, actor=SITE_ACTOR)])  # its elastic queue
+    assert reasons(projection) == []
 
 
 def test_session_events_open_and_end_a_session() -> None:

@@ -83,8 +83,8 @@ def effects(decision: ScalerDecided) -> list[tuple[Event, int | None]]:
     """The batch events ``decision`` causes, each with the sequence its append expects.
 
     A requested batch job is a new aggregate (expect 0). A deletion request is appended
-    whatever its batch job did meanwhile (None): the site's batch module decides what a
-    deletion of a job that already ended means.
+    whatever its batch job did meanwhile (None): the batch lifecycle (``schemas/batch.py``)
+    refuses one for a job that has already ended, which is then a no-op.
     """
     caused: list[tuple[Event, int | None]] = []
     for request in decision.data.requests:

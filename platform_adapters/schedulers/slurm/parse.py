@@ -101,6 +101,7 @@ def _status_from_json(job: dict[str, Any], now: datetime) -> BatchStatus:
         elapsed_s=seconds_between(start, end or now),
         reason="" if reason == "None" else reason,
         exit_code=None if state in _ACTIVE else exit_code_of(job.get("exit_code")),
+        name=str(job.get("name") or ""),
     )
 
 
