@@ -45,6 +45,12 @@ class ProjectorSettings(BaseModel):
     fetch_timeout_s: float = Field(0.5, gt=0)
 
 
+class ControllerSettings(BaseModel):
+    # How often the controller looks at the backlog of sites with an elastic queue and
+    # appends a scaler.backlog for each that changed; 0 turns it off.
+    scaler_period_s: float = Field(10.0, ge=0, le=3600)
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LODE_", env_nested_delimiter="__", extra="ignore", populate_by_name=True
@@ -60,6 +66,7 @@ class Settings(BaseSettings):
     nats: NatsSettings = NatsSettings()
     api: ApiSettings = ApiSettings()
     projector: ProjectorSettings = ProjectorSettings()
+    controller: ControllerSettings = ControllerSettings()
 
     def nats_settings(self) -> NatsSettings:
         """NATS settings with the top-level URL applied."""

@@ -18,6 +18,7 @@ from lodestream.schemas.events import (
     APP_EVENTS,
     BATCH_EVENTS,
     JOB_EVENTS,
+    SCALER_EVENTS,
     SESSION_EVENTS,
     SITE_EVENTS,
     XFER_EVENTS,
@@ -25,7 +26,13 @@ from lodestream.schemas.events import (
 from lodestream.schemas.upcast import upcast
 
 ALL_EVENTS: Final[tuple[type[Event], ...]] = (
-    JOB_EVENTS + BATCH_EVENTS + SESSION_EVENTS + XFER_EVENTS + APP_EVENTS + SITE_EVENTS
+    JOB_EVENTS
+    + BATCH_EVENTS
+    + SESSION_EVENTS
+    + XFER_EVENTS
+    + APP_EVENTS
+    + SITE_EVENTS
+    + SCALER_EVENTS
 )
 EVENT_CLASSES: Final[dict[str, type[Event]]] = {cls.event_type: cls for cls in ALL_EVENTS}  # type: ignore[attr-defined]
 CURRENT_VERSION: Final[dict[str, int]] = {

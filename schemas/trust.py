@@ -68,6 +68,9 @@ WRITERS: Final[dict[str, frozenset[Writer]]] = {
     "site.registered": CONTROL,
     "site.key_bound": CONTROL,
     "site.removed": CONTROL,
+    # The controller reads the read models for the site; the site's elastic queue decides.
+    "scaler.backlog": CONTROL,
+    "scaler.decided": SITE,
 }
 """Who may append each event type. Every event class has an entry (a test checks it)."""
 

@@ -1,6 +1,9 @@
 """The site agent: publishes the site's apps, then works ``process-<site>`` (hooks, cleaner)
 and ``sched-<site>`` (pilot batch jobs, :mod:`lodestream.agents.site.scheduler`) until stopped.
 
+With ``elastic.enabled`` it also runs the site's elastic queue (``agents/site/elastic/``)
+beside it, every ``elastic.period_s``.
+
 It connects only outbound (wss, the site's nkey) and rides out NATS outages
 with the client's endless reconnects; unacknowledged work is redelivered.
 A delivery the shared rule refuses (:mod:`lodestream.schemas.trust`) is terminated, so it is
@@ -20,6 +23,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.elastic import ElasticQueue, ScalerLog
 from lodestream.agents.site.processing import Processing
 from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.retries import RetryRules
@@ -41,6 +45,7 @@ class SiteAgent:
         settings: SiteSettings,
         apps: dict[str, type[ApplicationDefinition]],
         retries: RetryRules | None = None,
+        *,
         scheduler: Scheduler | None = None,
     ) -> None:
         self._js = js
@@ -54,7 +59,13 @@ class SiteAgent:
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
             retries=retries or RetryRules.build(settings.processing, apps),
         )  # fmt: skip
-        self.pilots = PilotScheduler(js, settings, scheduler or build_scheduler(settings))
+        scheduler = scheduler or build_scheduler(settings)
+        self.pilots = PilotScheduler(js, settings, scheduler)
+        self.elastic = (
+            ElasticQueue(ScalerLog(js, settings.site), settings.site, settings.elastic, scheduler)
+            if settings.elastic.enabled
+            else None
+        )
         self.skipped = 0
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -65,6 +76,7 @@ class SiteAgent:
         pulling = PullLoop(sub, name="site agent", batch=64, timeout_s=0.5)
         workers = asyncio.Semaphore(self._settings.processing.workers)
         pending: set[asyncio.Task[None]] = set()
+        elastic = asyncio.create_task(self.elastic.run(stop)) if self.elastic else None
 
         async def dispatch(msg: Msg) -> None:
             await workers.acquire()  # at most ``workers`` hooks at once; the rest wait in order
@@ -76,6 +88,10 @@ class SiteAgent:
         try:
             await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
+            if elastic is not None:
+                if not stop.is_set():  # the pull loop failed: the queue would go on alone
+                    elastic.cancel()
+                await asyncio.gather(elastic, return_exceptions=True)
             await asyncio.gather(pilots, return_exceptions=True)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)

@@ -29,6 +29,14 @@
       request_options: [qos]     # the option names a request may set
       template: job-template.sh  # the pilot's script (lode site init writes one)
       sync_interval_s: 5
+    elastic:                     # the elastic queue: off unless enabled
+      enabled: true
+      period_s: 60
+      queue: debug
+      project: myproject
+      min_nodes: 1
+      max_nodes: 8
+      max_queued_jobs: 2
 
 Only entry points (``lode site start``, ``lode launcher``) read the file.
 """
@@ -36,13 +44,14 @@ Only entry points (``lode site start``, ``lode launcher``) read the file.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
 from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SchedulerWord
+from lodestream.schemas.events.scaler import ScalerLimits
 from lodestream.schemas.resources import PRINTABLE_PATTERN
 from lodestream.schemas.retry import RetryBackoff
 from lodestream.schemas.subjects import SiteSlug
@@ -143,6 +152,26 @@ class CleanerSettings(_Strict):
     interval_s: float = Field(30.0, gt=0)
 
 
+BACKFILL_SCHEDULERS: Final = frozenset({"slurm", "pbs", "lsf", "cobalt"})
+"""The scheduler types whose adapter can tell backfill windows (``capabilities.backfill``;
+a test checks this against the adapters)."""
+
+
+class ElasticSettings(ScalerLimits):
+    """The elastic queue (``agents/site/elastic/``): the policy's limits, and when to decide.
+
+    The limits are recorded in every decision as they were (``scaler.decided``); see
+    ``docs/user-guide.md`` for what each means.
+    """
+
+    enabled: bool = False
+    period_s: float = Field(60.0, ge=1, le=86_400)
+
+    @property
+    def limits(self) -> ScalerLimits:
+        return ScalerLimits.model_validate(self.model_dump(exclude={"enabled", "period_s"}))
+
+
 class SiteSettings(_Strict):
     site: SiteSlug
     nats: SiteNats
@@ -151,7 +180,17 @@ class SiteSettings(_Strict):
     processing: ProcessingSettings = ProcessingSettings()
     cleaner: CleanerSettings = CleanerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
+    elastic: ElasticSettings = ElasticSettings()
     directory: Path = Path()
+
+    @model_validator(mode="after")
+    def _backfill_is_answerable(self) -> Self:
+        if self.elastic.use_backfill and self.scheduler.type not in BACKFILL_SCHEDULERS:
+            raise ValueError(
+                f"elastic.use_backfill: the {self.scheduler.type} scheduler cannot tell backfill "
+                f"windows (only {', '.join(sorted(BACKFILL_SCHEDULERS))} can)"
+            )
+        return self
 
     @property
     def seed_path(self) -> Path:

@@ -142,9 +142,44 @@ batch_jobs = Table(
     Column("scheduler", Text),  # the adapter (slurm, pbs, local, ...)
     Column("scheduler_state", Text),  # how the scheduler says it ended (walltime_expired, ...)
     Column("options", JSONB, nullable=False, server_default=text("'{}'::jsonb")),
+    # Added by migration 0003: the actor of batch.requested, a user's or the site's own
+    # elastic queue's (site:<site>).
+    Column("requested_by", Text, nullable=False, server_default=""),
     schema=READ_SCHEMA,
 )
 Index("batch_jobs_site_state", batch_jobs.c.site, batch_jobs.c.state)
+
+scalers = Table(
+    "scalers",
+    metadata,
+    Column("site", Text, primary_key=True),
+    Column("scaler_id", UUID(as_uuid=True), nullable=False),
+    Column("backlog", JSONB),  # the newest scaler.backlog's data
+    Column("backlog_seq", BigInteger),
+    _ts("backlog_at"),
+    Column("decision_seq", BigInteger),  # the newest scaler.decided
+    _ts("decided_at"),
+    Column("last_seq", BigInteger, nullable=False),
+    schema=READ_SCHEMA,
+)
+
+scaler_decisions = Table(
+    "scaler_decisions",
+    metadata,
+    Column("seq", BigInteger, primary_key=True, autoincrement=False),
+    Column("site", Text, nullable=False),
+    Column("id", UUID(as_uuid=True), nullable=False),
+    _ts("decided_at", nullable=False),
+    Column("backlog_id", UUID(as_uuid=True)),
+    Column("queued", Integer, nullable=False),
+    Column("running", Integer, nullable=False),
+    Column("reason", Text, nullable=False),
+    Column("requests", JSONB, nullable=False),
+    Column("deletions", JSONB, nullable=False),
+    Column("inputs", JSONB, nullable=False),  # backlog, windows, limits
+    schema=READ_SCHEMA,
+)
+Index("scaler_decisions_site", scaler_decisions.c.site, scaler_decisions.c.seq.desc())
 
 sessions = Table(
     "sessions",
@@ -215,6 +250,8 @@ READ_MODEL_TABLES: Final = (
     sites,
     apps,
     batch_jobs,
+    scalers,
+    scaler_decisions,
     sessions,
     transfer_items,
     quarantine,

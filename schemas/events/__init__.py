@@ -33,6 +33,7 @@ from lodestream.schemas.events.job import (
     JobStagedOut,
     JobStarted,
 )
+from lodestream.schemas.events.scaler import SCALER_EVENTS, ScalerBacklog, ScalerDecided
 from lodestream.schemas.events.session import (
     SESSION_EVENTS,
     Heartbeat,
@@ -53,6 +54,7 @@ __all__ = [
     "APP_EVENTS",
     "BATCH_EVENTS",
     "JOB_EVENTS",
+    "SCALER_EVENTS",
     "SESSION_EVENTS",
     "SITE_EVENTS",
     "XFER_EVENTS",
@@ -86,6 +88,8 @@ __all__ = [
     "JobStagedIn",
     "JobStagedOut",
     "JobStarted",
+    "ScalerBacklog",
+    "ScalerDecided",
     "SessionClosed",
     "SessionExpired",
     "SessionOpened",

@@ -24,6 +24,13 @@ from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
 from lodestream.schemas.events.batch import BatchRequestData
+from lodestream.schemas.events.scaler import (
+    ScalerBacklogData,
+    ScalerDeletion,
+    ScalerLimits,
+    ScalerRequest,
+    WindowData,
+)
 from lodestream.schemas.nkey import UserPublicKey
 from lodestream.schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH, JobSpec
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN, check_site
@@ -219,6 +226,36 @@ class SiteOut(BaseModel):
     @classmethod
     def from_row(cls, row: RowMapping) -> SiteOut:
         return cls.model_validate(dict(row))
+
+
+class ScalerDecisionOut(BaseModel):
+    """One decision of a site's elastic queue and what it was made from."""
+
+    seq: int
+    id: uuid.UUID
+    decided_at: datetime
+    reason: str
+    queued: int
+    running: int
+    requests: list[ScalerRequest]
+    deletions: list[ScalerDeletion]
+    backlog_id: uuid.UUID | None
+    backlog: ScalerBacklogData | None
+    windows: list[WindowData] | None
+    limits: ScalerLimits
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> ScalerDecisionOut:
+        return cls.model_validate({**dict(row), **row["inputs"]})
+
+
+class ScalerOut(BaseModel):
+    """A site's elastic queue: the newest backlog the control plane told it, its decisions."""
+
+    site: str
+    backlog: ScalerBacklogData | None
+    backlog_at: datetime | None
+    decisions: list[ScalerDecisionOut]
 
 
 class AppOut(BaseModel):

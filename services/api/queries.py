@@ -24,6 +24,8 @@ from lodestream.infra.postgres.tables import (
     batch_jobs,
     job_events,
     jobs,
+    scaler_decisions,
+    scalers,
     sites,
 )
 from lodestream.services.api.submit import AppInterface, Catalog, Existing
@@ -252,6 +254,23 @@ async def list_apps(conn: AsyncConnection, owner: str, site: str | None) -> Sequ
         own = own.where(sites.c.name == site)
     result = await conn.execute(
         select(apps).where(apps.c.site.in_(own)).order_by(apps.c.site, apps.c.name)
+    )
+    return result.mappings().all()
+
+
+async def scaler(conn: AsyncConnection, site: str) -> RowMapping | None:
+    """The site's elastic queue as the read model has it: its newest backlog; None if none."""
+    result = await conn.execute(select(scalers).where(scalers.c.site == site))
+    return result.mappings().one_or_none()
+
+
+async def scaler_decisions_of(conn: AsyncConnection, site: str, limit: int) -> Sequence[RowMapping]:
+    """The site's newest decisions, newest first (index scaler_decisions_site)."""
+    result = await conn.execute(
+        select(scaler_decisions)
+        .where(scaler_decisions.c.site == site)
+        .order_by(scaler_decisions.c.seq.desc())
+        .limit(limit)
     )
     return result.mappings().all()
 

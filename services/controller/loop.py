@@ -49,6 +49,7 @@ from lodestream.schemas.trust import (
     heartbeat_message,
 )
 from lodestream.services.controller import decide
+from lodestream.services.controller.backlog import BacklogFeed, newest_batch_seq
 from lodestream.services.controller.decide import Append
 from lodestream.services.controller.errors import ReadModelLag
 from lodestream.services.controller.reads import ReadModel
@@ -121,11 +122,24 @@ def _site_written(event: Event) -> bool:
 
 class Controller:
     def __init__(
-        self, js: JetStreamContext, dsn: str, *, durable: str = "controller", batch: int = 500
+        self,
+        js: JetStreamContext,
+        dsn: str,
+        *,
+        durable: str = "controller",
+        batch: int = 500,
+        scaler_period_s: float = 10.0,
     ) -> None:
         self._js = js
         self._log = EventLog(js)
         self._reads = ReadModel(dsn)
+        # The elastic queues' backlog, on a connection of its own (its queries must not
+        # interleave with a batch's); 0 turns it off.
+        self.backlog = (
+            BacklogFeed(ReadModel(dsn), self._log, newest_batch_seq(js), period_s=scaler_period_s)
+            if scaler_period_s > 0
+            else None
+        )
         self._durable = durable
         self._batch = batch
         self._apps: dict[tuple[str, str], App] = {}
@@ -158,13 +172,18 @@ class Controller:
         if stop.is_set():
             await self._reads.close()
             return
+        feeds = [
+            self._consume(EVENTS_STREAM, self._durable, self._on_events, stop),
+            self._consume(HB_STREAM, f"{self._durable}-hb", self._on_heartbeats, stop),
+        ]
+        if self.backlog is not None:
+            feeds.append(self.backlog.run(stop))
         try:
-            await asyncio.gather(
-                self._consume(EVENTS_STREAM, self._durable, self._on_events, stop),
-                self._consume(HB_STREAM, f"{self._durable}-hb", self._on_heartbeats, stop),
-            )
+            await asyncio.gather(*feeds)
         finally:
             await self._reads.close()
+            if self.backlog is not None:
+                await self.backlog.close()
 
     async def _start(self) -> None:
         # Everything before the stream's end is in the read model once the projector gets

@@ -28,7 +28,9 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await ensure_streams(
             js, settings.nats.stream_replicas, heartbeat_ttl_s=settings.nats.heartbeat_ttl_s
         )
-        await Controller(js, settings.database_url).run(stop)
+        await Controller(
+            js, settings.database_url, scaler_period_s=settings.controller.scaler_period_s
+        ).run(stop)
     finally:
         # A drain that cannot finish (NATS away) must not hide why we are stopping.
         try:

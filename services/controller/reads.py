@@ -12,16 +12,25 @@ import uuid
 from typing import Any, Final
 
 from psycopg import AsyncConnection
-from sqlalchemy import any_, bindparam, func, literal_column, select
+from sqlalchemy import Float, Integer, any_, bindparam, cast, func, literal_column, select
 
 from lodestream.infra.postgres.compiled import Compiled
-from lodestream.infra.postgres.tables import apps, batch_jobs, job_events, jobs, sessions, sites
+from lodestream.infra.postgres.tables import (
+    apps,
+    batch_jobs,
+    job_events,
+    jobs,
+    scalers,
+    sessions,
+    sites,
+)
 from lodestream.schemas.batch import batch_cause
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.states import RUNNABLE, JobState
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.controller.decide import LeasedJob
 from lodestream.services.controller.errors import ReadModelLag
+from lodestream.services.controller.scaler import OPEN_BATCH_STATES, BacklogRow, BatchRow
 from lodestream.services.projector.errors import ProjectorBehind
 from lodestream.services.projector.position import applied_seq, wait_until_applied
 
@@ -80,6 +89,36 @@ _APPS: Final = Compiled.of(
         apps.c.site, apps.c.name, apps.c.description, apps.c.parameters, apps.c.transfers,
         apps.c.python, apps.c.hooks,
     )
+)  # fmt: skip
+
+_SCALERS: Final = Compiled.of(
+    select(scalers.c.site, scalers.c.backlog)
+    .join(sites, sites.c.name == scalers.c.site)
+    .where(sites.c.removed_at.is_(None))
+)
+# The backlog: one aggregate over the runnable rows of the elastic sites (index jobs_site_state).
+_NODES: Final = cast(jobs.c.resources["num_nodes"].astext, Float) / cast(
+    jobs.c.resources["node_packing_count"].astext, Float
+)
+_WALL: Final = cast(jobs.c.resources["wall_time_min"].astext, Integer)
+_BACKLOG: Final = Compiled.of(
+    select(jobs.c.site, func.count(), func.sum(_NODES), func.sum(_NODES * _WALL), func.max(_WALL))
+    .where(
+        jobs.c.site == any_(bindparam("sites")),
+        jobs.c.state == any_(bindparam("states")),
+        jobs.c.lease_session.is_(None),
+    )
+    .group_by(jobs.c.site)
+)
+_OPEN_BATCH_JOBS: Final = Compiled.of(
+    select(
+        batch_jobs.c.site, batch_jobs.c.id, batch_jobs.c.state, batch_jobs.c.num_nodes,
+        batch_jobs.c.wall_time_min, batch_jobs.c.queue, batch_jobs.c.created_at,
+        batch_jobs.c.requested_by,
+    )
+    .where(batch_jobs.c.site == any_(bindparam("sites")),
+           batch_jobs.c.state == any_(bindparam("states")))
+    .order_by(batch_jobs.c.site, batch_jobs.c.created_at.desc(), batch_jobs.c.id)
 )  # fmt: skip
 
 
@@ -193,3 +232,32 @@ class ReadModel:
                               transfers=r[4], python=r[5], hooks=tuple(r[6]))
             for r in await cursor.fetchall()
         }  # fmt: skip
+
+    # --- the elastic queues' backlog ------------------------------------------------------
+
+    async def scalers(self) -> dict[str, Any]:
+        """The live sites whose elastic queue has spoken, and the backlog they last got."""
+        conn = await self._c()
+        cursor = await conn.execute(_SCALERS.sql, _SCALERS.params())
+        return {str(r[0]): r[1] for r in await cursor.fetchall()}
+
+    async def backlogs(self, sites: list[str]) -> dict[str, BacklogRow]:
+        conn = await self._c()
+        states = [s.value for s in RUNNABLE]
+        cursor = await conn.execute(_BACKLOG.sql, _BACKLOG.params(sites=sites, states=states))
+        return {
+            str(r[0]): BacklogRow(int(r[1]), float(r[2] or 0), float(r[3] or 0), int(r[4] or 0))
+            for r in await cursor.fetchall()
+        }
+
+    async def open_batch_jobs(self, sites: list[str]) -> dict[str, list[BatchRow]]:
+        """Each site's batch jobs that have not ended, newest first."""
+        conn = await self._c()
+        cursor = await conn.execute(
+            _OPEN_BATCH_JOBS.sql,
+            _OPEN_BATCH_JOBS.params(sites=sites, states=list(OPEN_BATCH_STATES)),
+        )
+        found: dict[str, list[BatchRow]] = {}
+        for site, *row in await cursor.fetchall():
+            found.setdefault(str(site), []).append(BatchRow(*row))
+        return found

@@ -31,6 +31,8 @@ from lodestream.schemas.events import (
     JobRunDone,
     JobRunErrored,
     JobRunTimedOut,
+    ScalerBacklog,
+    ScalerDecided,
     SessionClosed,
     SessionExpired,
     SessionOpened,
@@ -42,6 +44,7 @@ from lodestream.schemas.events import (
     TransferSubmitted,
 )
 from lodestream.schemas.events.job import FinishedData, RunResultData
+from lodestream.schemas.events.scaler import scaler_id
 from lodestream.schemas.fold import apply, check_creation
 from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import BatchJobState
@@ -195,6 +198,7 @@ class Projection:
             "batch": self._batch_event,
             "session": self._session,
             "xfer": self._xfer_event,
+            "scaler": self._scaler,
         }.get(event.kind)
         if handler is None:
             raise IllegalTransition(f"no projection for {event.type}")
@@ -270,6 +274,7 @@ class Projection:
                     **data.model_dump(exclude={"filter_tags", "options"}),
                     filter_tags=jsonb(data.filter_tags),
                     options=jsonb(data.options),
+                    requested_by=event.actor,
                 )
             case BatchJobSubmitted(data=data):
                 self._batch(event, seq, state, scheduler_id=data.scheduler_id,
@@ -322,6 +327,31 @@ class Projection:
                 self._xfer(event, seq, "failed", reason=data.reason)
             case _:
                 self._xfer(event, seq, event.type.partition(".")[2])
+
+    def _scaler(self, seq: int, event: Event) -> None:
+        if event.site not in self.known.site_owners:
+            raise IllegalTransition(f"{event.type} for unregistered site {event.site!r}")
+        if event.aggregate_id != scaler_id(event.site):
+            raise IllegalTransition(f"{event.type} is not on site {event.site!r}'s scaler")
+        base = {"site": event.site, "seq": seq, "at": event.occurred_at}
+        match event:
+            case ScalerBacklog(data=data):
+                self._op("scaler_backlog", **base, scaler_id=event.aggregate_id,
+                         backlog=data.model_dump_json())  # fmt: skip
+            case ScalerDecided(data=data):
+                self._op("scaler_decided", **base, scaler_id=event.aggregate_id)
+                self._op(
+                    "scaler_decision",
+                    **base,
+                    id=event.id,
+                    backlog_id=data.backlog_id,
+                    queued=data.queued,
+                    running=data.running,
+                    reason=data.reason,
+                    requests=jsonb([r.model_dump(mode="json") for r in data.requests]),
+                    deletions=jsonb([d.model_dump(mode="json") for d in data.deletions]),
+                    inputs=data.model_dump_json(include={"backlog", "windows", "limits"}),
+                )
 
     def _batch(self, event: Event, seq: int, state: BatchJobState, **values: Any) -> None:
         fields = {"scheduler_id": None, "scheduler": None, "scheduler_state": None,

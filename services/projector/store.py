@@ -48,10 +48,10 @@ _OPS: Final[dict[str, LiteralString]] = {
     "batch_requested": """
         INSERT INTO {s}.batch_jobs (id, site, state, num_nodes, wall_time_min, queue, project,
                                     job_mode, filter_tags, options, created_at, updated_at,
-                                    last_seq)
+                                    last_seq, requested_by)
         VALUES (%(id)s, %(site)s, 'requested', %(num_nodes)s, %(wall_time_min)s, %(queue)s,
                 %(project)s, %(job_mode)s, %(filter_tags)s, %(options)s, %(at)s, %(at)s,
-                %(seq)s)
+                %(seq)s, %(requested_by)s)
         ON CONFLICT (id) DO NOTHING""",
     "batch_state": """
         UPDATE {s}.batch_jobs SET state = %(state)s,
@@ -61,6 +61,23 @@ _OPS: Final[dict[str, LiteralString]] = {
             exit_code = COALESCE(%(exit_code)s, exit_code), reason = COALESCE(%(reason)s, reason),
             updated_at = %(at)s, last_seq = %(seq)s
         WHERE id = %(id)s AND site = %(site)s""",
+    "scaler_backlog": """
+        INSERT INTO {s}.scalers (site, scaler_id, backlog, backlog_seq, backlog_at, last_seq)
+        VALUES (%(site)s, %(scaler_id)s, %(backlog)s, %(seq)s, %(at)s, %(seq)s)
+        ON CONFLICT (site) DO UPDATE SET backlog = EXCLUDED.backlog,
+            backlog_seq = EXCLUDED.backlog_seq, backlog_at = EXCLUDED.backlog_at,
+            last_seq = EXCLUDED.last_seq""",
+    "scaler_decided": """
+        INSERT INTO {s}.scalers (site, scaler_id, decision_seq, decided_at, last_seq)
+        VALUES (%(site)s, %(scaler_id)s, %(seq)s, %(at)s, %(seq)s)
+        ON CONFLICT (site) DO UPDATE SET decision_seq = EXCLUDED.decision_seq,
+            decided_at = EXCLUDED.decided_at, last_seq = EXCLUDED.last_seq""",
+    "scaler_decision": """
+        INSERT INTO {s}.scaler_decisions (seq, site, id, decided_at, backlog_id, queued, running,
+                                          reason, requests, deletions, inputs)
+        VALUES (%(seq)s, %(site)s, %(id)s, %(at)s, %(backlog_id)s, %(queued)s, %(running)s,
+                %(reason)s, %(requests)s, %(deletions)s, %(inputs)s)
+        ON CONFLICT (seq) DO NOTHING""",
     "session_opened": """
         INSERT INTO {s}.sessions (id, site, batch_job_id, hostname, mode, nodes, deadline,
                                   heartbeat_ttl_s, state, opened_at, last_seq)

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from lodestream.eventlog import EventLog
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.events import ScalerBacklog, ScalerDecided
+from lodestream.schemas.events.scaler import (
+    ScalerBacklogData,
+    ScalerDecidedData,
+    ScalerLimits,
+    scaler_id,
+)
 from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import App, AppParameter
 from tests.fixtures.api import ApiHarness
@@ -104,3 +112,41 @@ async def test_a_change_to_a_site_the_read_model_has_not_caught_up_with_is_a_con
             "site 'theta' changed meanwhile (the change may not be visible yet); retry"
         )
     assert await api.message_count() == count
+
+
+async def test_a_sites_elastic_queue_shows_its_backlog_and_latest_decisions(
+    api: ApiHarness,
+) -> None:
+    await api.register_site("alice", "theta")
+    alice = api.user("alice")
+    empty = await api.client.get("/sites/theta/scaler", headers=alice)
+    assert empty.status_code == 200, empty.text
+    assert empty.json() == {"site": "theta", "backlog": None, "backlog_at": None, "decisions": []}
+
+    log = EventLog(api.js)
+    backlog = ScalerBacklog.create(
+        site="theta", aggregate_id=scaler_id("theta"), actor="controller:main",
+        data=ScalerBacklogData(as_of_seq=3, runnable_jobs=4, node_footprint=2.0),
+    )  # fmt: skip
+    await log.append(backlog, expect=None)
+    last = 0
+    for reason in ("first", "second", "third"):
+        decided = ScalerDecided.create(
+            site="theta", aggregate_id=scaler_id("theta"), actor="site:theta",
+            data=ScalerDecidedData(backlog_id=backlog.id, backlog=backlog.data,
+                                   limits=ScalerLimits(max_nodes=2), reason=reason),
+        )  # fmt: skip
+        last = (await log.append(decided, expect=None)).seq
+    await api.wait_projected(last)
+
+    body = (await api.client.get("/sites/theta/scaler", params={"limit": 2}, headers=alice)).json()
+    assert body["backlog"]["runnable_jobs"] == 4
+    assert [d["reason"] for d in body["decisions"]] == ["third", "second"]
+    newest = body["decisions"][0]
+    assert (newest["seq"], newest["backlog_id"]) == (last, str(backlog.id))
+    assert newest["backlog"]["node_footprint"] == 2.0
+    assert newest["limits"]["max_nodes"] == 2
+    assert (newest["windows"], newest["requests"], newest["deletions"]) == (None, [], [])
+
+    theirs = await api.client.get("/sites/theta/scaler", headers=api.user("bob"))
+    assert theirs.status_code == 404

@@ -1,8 +1,8 @@
 """Property: whatever the schemas accept, the real projector folds into Postgres without error.
 
 Hypothesis takes a legal history of every aggregate kind (a site, an app, a job through
-its whole life, a session, a batch job, a transfer), replaces its payload's strings and
-numbers with arbitrary ones — any unicode, NUL included, huge and negative numbers,
+its whole life, a session, a batch job, a transfer, the site's scaler), replaces its payload's
+strings and numbers with arbitrary ones — any unicode, NUL included, huge and negative numbers,
 arbitrary JSON in the free-form fields — and keeps each event the schemas still accept.
 The projector's own code (decode, fold, rows, one transaction) then applies the history
 to a real Postgres. It must never raise and never meet a value Postgres refuses
@@ -39,6 +39,8 @@ from lodestream.schemas.events import (
     JobRestartReady,
     JobRunErrored,
     JobStarted,
+    ScalerBacklog,
+    ScalerDecided,
     SessionClosed,
     SessionOpened,
     SiteRegistered,
@@ -55,6 +57,16 @@ from lodestream.schemas.events.job import (
     RunResultData,
     StartedData,
     StepData,
+)
+from lodestream.schemas.events.scaler import (
+    ScalerBacklogData,
+    ScalerBatchJob,
+    ScalerDecidedData,
+    ScalerDeletion,
+    ScalerLimits,
+    ScalerRequest,
+    WindowData,
+    scaler_id,
 )
 from lodestream.schemas.events.session import SessionClosedData, SessionOpenedData
 from lodestream.schemas.events.site import SiteRegisteredData
@@ -90,6 +102,12 @@ def _history(job: uuid.UUID, session: uuid.UUID) -> list[Event]:
     launcher, site_actor, user = f"launcher:{session}", f"site:{SITE}", f"user:{OWNER}"
     app = App(site=SITE, name="demo", description="an app")
     nodes = (NodeInfo(hostname="nid0001", cores=4),)
+    window = WindowData(queue="q", nodes=4, minutes=60)
+    backlog = ScalerBacklogData(
+        as_of_seq=5, runnable_jobs=3, node_footprint=1.5, node_minutes=45.0, max_wall_time_min=30,
+        batch_jobs=(ScalerBatchJob(id=batch, state="queued", num_nodes=2, wall_time_min=30,
+                                   queue="q", requested_at=AT, elastic=True),),
+    )  # fmt: skip
 
     def ev(cls: type[Event], actor: str, data: Any, aggregate: uuid.UUID = job) -> Event:
         return cls.create(site=SITE, aggregate_id=aggregate, actor=actor, data=data,
@@ -176,6 +194,29 @@ def _history(job: uuid.UUID, session: uuid.UUID) -> list[Event]:
             xfer,
         ),
         ev(TransferFailed, site_actor, TransferFailedData(reason="no route"), xfer),
+        ev(ScalerBacklog, "controller:main", backlog, scaler_id(SITE)),
+        ev(
+            ScalerDecided,
+            site_actor,
+            ScalerDecidedData(
+                backlog_id=job,
+                backlog=backlog,
+                windows=(window,),
+                limits=ScalerLimits(queue="q", project="p", max_nodes=4, use_backfill=True),
+                queued=1,
+                running=0,
+                requests=(
+                    ScalerRequest(
+                        batch_job_id=batch,
+                        request=BatchRequestData(num_nodes=2, wall_time_min=30, queue="q"),
+                        window=window,
+                    ),
+                ),
+                deletions=(ScalerDeletion(batch_job_id=batch, reason="waited"),),
+                reason="r",
+            ),
+            scaler_id(SITE),
+        ),
     ]
 
 
@@ -250,7 +291,7 @@ def test_every_accepted_event_is_stored(database_url: str) -> None:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(
                 "TRUNCATE rm.sites, rm.jobs, rm.job_events, rm.quarantine, rm.apps, "
-                "rm.projector_position"
+                "rm.projector_position, rm.scalers, rm.scaler_decisions"
             )
         projector = asyncio.run(_apply(database_url, events, next(sequence)))
         assert projector.unstorable == 0, "the schemas accepted what Postgres refuses"

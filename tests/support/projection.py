@@ -23,6 +23,8 @@ TABLE_ORDER = {
     "sites": "name",
     "apps": "site, name",
     "batch_jobs": "id",
+    "scalers": "site",
+    "scaler_decisions": "seq",
     "sessions": "id",
     "transfer_items": "id",
     "quarantine": "stream, seq",

@@ -23,6 +23,8 @@ from lodestream.schemas.events import (
     BatchJobRunning,
     BatchJobSubmitFailed,
     BatchJobSubmitted,
+    ScalerBacklog,
+    ScalerDecided,
     SessionClosed,
     SessionExpired,
     SessionOpened,
@@ -40,6 +42,12 @@ from lodestream.schemas.events.batch import (
     BatchReasonData,
     BatchRequestData,
     BatchSubmittedData,
+)
+from lodestream.schemas.events.scaler import (
+    ScalerBacklogData,
+    ScalerDecidedData,
+    ScalerLimits,
+    scaler_id,
 )
 from lodestream.schemas.events.session import (
     Heartbeat,
@@ -239,6 +247,39 @@ def test_batch_job_events_are_state_changes_of_one_row() -> None:
     assert all(p["id"] == batch for _, p in ops(projection))
 
 
+def test_a_batch_job_requested_by_the_elastic_queue_is_told_from_a_users() -> None:
+    ours, theirs = uuid.uuid4(), uuid.uuid4()
+    projection = fresh()
+    fold(projection, [
+        ev(BatchJobRequested, BatchRequestData(num_nodes=1, wall_time_min=5), aggregate=ours),
+        ev(BatchJobRequested, BatchRequestData(num_nodes=1, wall_time_min=5), aggregate=theirs,
+           actor=f"user:{OWNER}"),
+    ])  # fmt: skip
+    assert [p["requested_by"] for _, p in ops(projection)] == [SITE_ACTOR, f"user:{OWNER}"]
+
+
+def test_scaler_events_update_the_sites_scaler_and_keep_every_decision() -> None:
+    backlog = ScalerBacklogData(as_of_seq=7, runnable_jobs=3, node_footprint=1.5)
+    decided = ScalerDecidedData(
+        backlog_id=uuid.uuid4(), backlog=backlog, limits=ScalerLimits(), reason="covered"
+    )
+    projection = fresh()
+    fold(projection, [
+        ev(ScalerBacklog, backlog, actor="controller:main", aggregate=scaler_id(SITE)),
+        ev(ScalerDecided, decided, aggregate=scaler_id(SITE)),
+    ])  # fmt: skip
+    (stored, backlog_params), (seen, _), (decision, params) = ops(projection)
+    assert (stored, seen, decision) == ("scaler_backlog", "scaler_decided", "scaler_decision")
+    assert json.loads(backlog_params["backlog"])["node_footprint"] == 1.5
+    assert (params["seq"], params["reason"], params["requests"], params["deletions"]) == (
+        2, "covered", "[]", "[]",
+    )  # fmt: skip
+    inputs = json.loads(params["inputs"])
+    assert set(inputs) == {"backlog", "windows", "limits"}
+    assert inputs["backlog"]["runnable_jobs"] == 3
+    assert reasons(projection) == []
+
+
 def test_a_deletion_request_is_sticky_until_the_batch_job_ends() -> None:
     batch = uuid.uuid4()
     request = BatchRequestData(num_nodes=1, wall_time_min=5)
@@ -256,6 +297,23 @@ def test_a_deletion_request_is_sticky_until_the_batch_job_ends() -> None:
         "deletion_requested", "deletion_requested", "deletion_requested", "finished",
     ]  # fmt: skip
     assert reasons(projection) == []
+
+
+@pytest.mark.parametrize(
+    ("aggregate", "owned", "reason"),
+    [
+        (uuid.uuid4(), True, "is not on site 'alpha''s scaler"),
+        (scaler_id(SITE), False, "for unregistered site 'alpha'"),
+    ],
+)
+def test_a_scaler_event_off_the_sites_scaler_is_quarantined(
+    aggregate: uuid.UUID, *, owned: bool, reason: str
+) -> None:
+    decided = ScalerDecidedData(limits=ScalerLimits(), reason="no backlog")
+    projection = fresh(owned=owned)
+    fold(projection, [ev(ScalerDecided, decided, aggregate=aggregate)])
+    assert ops(projection) == []
+    assert reasons(projection) == [f"illegal: scaler.decided {reason}"]
 
 
 @pytest.mark.parametrize(

@@ -38,6 +38,15 @@ from lodestream.schemas.events.job import (
     StartedData,
     StepData,
 )
+from lodestream.schemas.events.scaler import (
+    ScalerBacklogData,
+    ScalerBatchJob,
+    ScalerDecidedData,
+    ScalerDeletion,
+    ScalerLimits,
+    ScalerRequest,
+    WindowData,
+)
 from lodestream.schemas.events.session import (
     Heartbeat,
     SessionClosedData,
@@ -136,6 +145,37 @@ SAMPLE_DATA: dict[str, BaseModel] = {
     "site.registered": SiteRegisteredData(name=SITE, owner="alice", public_key=NKEY_USER),
     "site.key_bound": SiteKeyData(public_key=NKEY_USER),
     "site.removed": SiteRemovedData(),
+    "scaler.backlog": ScalerBacklogData(
+        as_of_seq=42,
+        runnable_jobs=3,
+        node_footprint=1.5,
+        max_wall_time_min=20,
+        batch_jobs=(
+            ScalerBatchJob(
+                id=uuid7(),
+                state="queued",
+                num_nodes=2,
+                wall_time_min=30,
+                requested_at=AT,
+                elastic=True,
+            ),
+        ),
+    ),
+    "scaler.decided": ScalerDecidedData(
+        backlog_id=uuid7(),
+        backlog=ScalerBacklogData(as_of_seq=42, runnable_jobs=3, node_footprint=1.5),
+        windows=(WindowData(queue="debug", nodes=4, minutes=40),),
+        limits=ScalerLimits(queue="debug", max_nodes=4, use_backfill=True),
+        requests=(
+            ScalerRequest(
+                batch_job_id=uuid7(),
+                request=BatchRequestData(num_nodes=2, wall_time_min=35, queue="debug"),
+                window=WindowData(queue="debug", nodes=4, minutes=40),
+            ),
+        ),
+        deletions=(ScalerDeletion(batch_job_id=uuid7(), reason="waited too long"),),
+        reason="2 node(s) short",
+    ),
 }
 EVENT_TYPES = sorted(EVENT_CLASSES)
 

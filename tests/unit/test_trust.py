@@ -17,9 +17,17 @@ from lodestream.schemas.events import (
     JobCreated,
     JobFinished,
     JobPreprocessed,
+    ScalerBacklog,
+    ScalerDecided,
     SiteKeyBound,
 )
 from lodestream.schemas.events.job import FinishedData, RunResultData, StepData
+from lodestream.schemas.events.scaler import (
+    ScalerBacklogData,
+    ScalerDecidedData,
+    ScalerLimits,
+    scaler_id,
+)
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.events.site import SiteKeyData
 from lodestream.schemas.resources import App, JobSpec
@@ -107,6 +115,27 @@ def test_the_actor_must_be_of_a_writer_of_the_type() -> None:
     assert "not by launcher:x" in refused(created.subject, created)
     leased = lifecycle(job_created("alpha", "ada"))[1].model_copy(update={"actor": "user:ada"})
     assert "appended by the site, not by user:ada" in refused(leased.subject, leased)
+
+
+def test_the_backlog_is_the_control_planes_and_the_decisions_the_sites() -> None:
+    def backlog(actor: str) -> ScalerBacklog:
+        return ScalerBacklog.create(site="alpha", aggregate_id=scaler_id("alpha"), actor=actor,
+                                    data=ScalerBacklogData(as_of_seq=1))  # fmt: skip
+
+    def decided(actor: str) -> ScalerDecided:
+        return ScalerDecided.create(site="alpha", aggregate_id=scaler_id("alpha"), actor=actor,
+                                    data=ScalerDecidedData(limits=ScalerLimits()))  # fmt: skip
+
+    for good in (backlog("controller:main"), decided("site:alpha")):
+        assert check_event(good.subject, good) is good
+    forged = backlog("site:alpha")
+    assert "appended by the control, not by site:alpha" in refused(forged.subject, forged)
+    forged_decision = decided("controller:main")
+    assert "appended by the site, not by controller:main" in refused(
+        forged_decision.subject, forged_decision
+    )
+    beta = decided("site:beta")
+    assert "signed by site:beta" in refused(beta.subject, beta)
 
 
 def test_a_site_actor_must_be_the_events_site() -> None:

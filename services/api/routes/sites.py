@@ -30,7 +30,14 @@ from lodestream.services.api.errors import (
     Unavailable,
     documented,
 )
-from lodestream.services.api.models import SiteCreate, SiteCreated, SiteKey, SiteOut
+from lodestream.services.api.models import (
+    ScalerDecisionOut,
+    ScalerOut,
+    SiteCreate,
+    SiteCreated,
+    SiteKey,
+    SiteOut,
+)
 from lodestream.services.api.submit import actor
 
 router = APIRouter(tags=["sites"])
@@ -88,6 +95,31 @@ async def register_site(
 async def list_sites(user: User, db: Db, include_removed: bool = False) -> list[SiteOut]:
     rows = await queries.list_sites(db, user, include_removed=include_removed)
     return [SiteOut.from_row(r) for r in rows]
+
+
+@router.get(
+    "/sites/{name}/scaler",
+    response_model=ScalerOut,
+    responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+)
+async def site_scaler(
+    name: OwnSite,
+    user: User,
+    db: Db,
+    limit: Annotated[int, Query(ge=1, le=1000, description="decisions, newest first")] = 20,
+) -> ScalerOut:
+    """The site's elastic queue: the backlog the control plane last told it, and its latest
+    decisions, each with the inputs it was made from."""
+    if name not in {r["name"] for r in await queries.list_sites(db, user, include_removed=False)}:
+        raise NotFound(f"site {name!r} not found")
+    row = await queries.scaler(db, name)
+    decisions = await queries.scaler_decisions_of(db, name, limit)
+    return ScalerOut(
+        site=name,
+        backlog=row["backlog"] if row is not None else None,
+        backlog_at=row["backlog_at"] if row is not None else None,
+        decisions=[ScalerDecisionOut.from_row(d) for d in decisions],
+    )
 
 
 _SITE_CHANGE_ERRORS = documented(
