@@ -1,0 +1,1 @@
+"""Transfer backends: move a batch of files between a remote location and the site."""
