@@ -42,6 +42,13 @@ TagValue = Annotated[
     str, StringConstraints(max_length=TAG_VALUE_MAX_LENGTH, pattern=NUL_FREE_PATTERN)
 ]
 SlotName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")]
+# A transfer location's name as a site declares it (``settings.yml`` ``transfers.locations``)
+# and its URL; the scheme picks the backend that moves data to and from it.
+LocationName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")]
+LocationUrl = Annotated[
+    str,
+    StringConstraints(max_length=1024, pattern=r"^(globus|rsync|local):[^\x00-\x1f\x7f-\x9f]*$"),
+]
 Workdir = Annotated[
     str, StringConstraints(min_length=1, max_length=1024, pattern=PRINTABLE_PATTERN)
 ]

@@ -5,6 +5,7 @@ A site never reads the log at large. Events reach it through *feeds* of its own:
     launch-<site>    durable pull consumer   runnable jobs, for its pilots
     process-<site>   durable pull consumer   hook work and finished jobs, for its agent
     sched-<site>     durable pull consumer   pilot batch jobs to submit or delete, for its agent
+    xfer-<site>      durable pull consumer   transfer items to stage in or out, for its agent
     kills            live core subscription  kills of its jobs, for its pilots
 
 :data:`SITE_FEEDS` is the one place that says, for each feed, which event types it
@@ -19,7 +20,7 @@ must be granted to read it. Everything else is derived from it:
   for kills, and the event types each accepts as work (``agents/``);
 * the generated table in ``docs/permissions.md``.
 
-Adding a feed for a site (``xfer-<site>``) is adding one row here.
+Adding a feed for a site is adding one row here.
 :data:`CONTROLLER` is the control plane's own feed of every site's events, kept beside
 them so that every type filter is rendered the same way (:func:`type_filter`).
 """
@@ -123,12 +124,18 @@ SCHED: Final = PullFeed(
     "batch job lives, so an agent that dies hands its batch jobs to the next",
     ack_wait_s=120.0, max_ack_pending=10_000, max_waiting=64,
 )  # fmt: skip
+XFER: Final = PullFeed(
+    "xfer", "site agent", ("xfer.requested",),
+    "transfer items to stage in or out; a request is held (in progress) until its item has "
+    "succeeded or failed, so an agent that dies hands its transfers to the next",
+    ack_wait_s=120.0, max_ack_pending=20_000, max_waiting=64,
+)  # fmt: skip
 KILLS: Final = LiveFeed(
     "kills", "pilot", ("job.killed",),
     "kills of running jobs; a pilot also re-checks its jobs for a kill it did not hear",
 )  # fmt: skip
 
-SITE_FEEDS: Final[tuple[SiteFeed, ...]] = (LAUNCH, PROCESS, SCHED, KILLS)
+SITE_FEEDS: Final[tuple[SiteFeed, ...]] = (LAUNCH, PROCESS, SCHED, XFER, KILLS)
 """Every feed of every site. A consumer or grant for a site that is not a row here is a bug."""
 
 SITE_CONSUMERS: Final = tuple(feed for feed in SITE_FEEDS if isinstance(feed, PullFeed))
@@ -166,10 +173,14 @@ class ControlFeed:
 
 
 CONTROLLER: Final = ControlFeed(
-    event_types=tuple(f"job.{name}" for name in (
-        "created", "awaiting_parents", "finished", "failed", "killed", "run_done",
-        "postprocessed", "staged_out", "reset",
-    )),
+    event_types=(
+        *(f"job.{name}" for name in (
+            "created", "awaiting_parents", "ready", "finished", "failed", "killed", "run_done",
+            "postprocessed", "staged_out", "reset",
+        )),
+        "xfer.succeeded", "xfer.failed",
+    ),
     kinds=("app", "site"),  # the apps it needs to decide, the sites it provides feeds for
 )  # fmt: skip
-"""The controller's feed: the job events it decides on, and every app and site event."""
+"""The controller's feed: the job events it decides on, the transfer items' outcomes (a job's
+staging step ends with its last item), and every app and site event."""

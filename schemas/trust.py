@@ -68,6 +68,7 @@ WRITERS: Final[dict[str, frozenset[Writer]]] = {
     "site.registered": CONTROL,
     "site.key_bound": CONTROL,
     "site.removed": CONTROL,
+    "site.locations_set": SITE,  # the site's own transfer locations (the api checks jobs by them)
     # The controller reads the read models for the site; the site's elastic queue decides.
     "scaler.backlog": CONTROL,
     "scaler.decided": SITE,

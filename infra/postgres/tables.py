@@ -15,6 +15,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -100,6 +101,7 @@ sites = Table(
     _ts("created_at", nullable=False),
     _ts("removed_at"),
     Column("last_seq", BigInteger, nullable=False),
+    Column("transfer_locations", JSONB, nullable=False, server_default=text("'{}'")),
     schema=READ_SCHEMA,
 )
 Index("sites_owner", sites.c.owner)
@@ -218,9 +220,17 @@ transfer_items = Table(
     Column("reason", Text),
     _ts("updated_at", nullable=False),
     Column("last_seq", BigInteger, nullable=False),
+    Column("attempts", Integer, nullable=False, server_default=text("0")),
+    Column("bytes_transferred", BigInteger),
+    Column("duration_s", Float),
+    Column("permanent", Boolean, nullable=False, server_default=text("false")),
+    _ts("requested_at"),
+    Column("step_id", UUID(as_uuid=True)),
     schema=READ_SCHEMA,
 )
 Index("transfer_items_job", transfer_items.c.job_id)
+Index("transfer_items_site_state", transfer_items.c.site, transfer_items.c.state)
+Index("transfer_items_step", transfer_items.c.step_id)
 
 quarantine = Table(
     "quarantine",

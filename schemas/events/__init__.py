@@ -41,7 +41,13 @@ from lodestream.schemas.events.session import (
     SessionExpired,
     SessionOpened,
 )
-from lodestream.schemas.events.site import SITE_EVENTS, SiteKeyBound, SiteRegistered, SiteRemoved
+from lodestream.schemas.events.site import (
+    SITE_EVENTS,
+    SiteKeyBound,
+    SiteLocationsSet,
+    SiteRegistered,
+    SiteRemoved,
+)
 from lodestream.schemas.events.xfer import (
     XFER_EVENTS,
     TransferFailed,
@@ -94,6 +100,7 @@ __all__ = [
     "SessionExpired",
     "SessionOpened",
     "SiteKeyBound",
+    "SiteLocationsSet",
     "SiteRegistered",
     "SiteRemoved",
     "TransferFailed",

@@ -1,13 +1,15 @@
-"""Site events: a user registers a site, binds its public key, and may remove it."""
+"""Site events: a user registers a site, binds its public key, and may remove it; the site
+itself declares the transfer locations it trusts."""
 
 from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import StringConstraints
+from pydantic import Field, StringConstraints
 
 from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.nkey import UserPublicKey
+from lodestream.schemas.resources import LocationName, LocationUrl
 from lodestream.schemas.subjects import SiteSlug
 
 
@@ -24,6 +26,14 @@ class SiteKeyData(EventData):
 
 class SiteRemovedData(EventData):
     reason: str = ""
+
+
+class SiteLocationsData(EventData):
+    """The remote locations this site's transfer module can reach, by name (``settings.yml``'s
+    ``transfers.locations``). A job may stage only through one of them: the api refuses any
+    other at submission. The URLs say which backend moves the data (globus, rsync, local)."""
+
+    locations: dict[LocationName, LocationUrl] = Field(default_factory=dict, max_length=256)
 
 
 class SiteRegistered(Event):
@@ -47,4 +57,15 @@ class SiteRemoved(Event):
     data: SiteRemovedData = SiteRemovedData()
 
 
-SITE_EVENTS: tuple[type[Event], ...] = (SiteRegistered, SiteKeyBound, SiteRemoved)
+class SiteLocationsSet(Event):
+    """Appended by the site agent at start (and whenever its settings change the set); the
+    newest one is the site's set. On the site's own aggregate, without compare-and-set: each
+    is the whole set, so the last one folded wins."""
+
+    event_type: ClassVar[str] = "site.locations_set"
+    type: Literal["site.locations_set"] = "site.locations_set"
+    v: Literal[1] = 1
+    data: SiteLocationsData
+
+
+SITE_EVENTS: tuple[type[Event], ...] = (SiteRegistered, SiteKeyBound, SiteRemoved, SiteLocationsSet)

@@ -1,14 +1,20 @@
-"""Transfer-item events: pending → submitted(task id) → succeeded | failed(reason)."""
+"""Transfer-item events: pending → submitted(task id) → succeeded | failed(reason).
+
+The controller requests one item per transfer slot of a job when the job reaches the step
+(READY for stage-in, POSTPROCESSED for stage-out); the site's transfer module submits, polls
+and reports. An item submitted again after a transient failure appends ``xfer.submitted``
+again with the next attempt; ``xfer.failed`` is final.
+"""
 
 from __future__ import annotations
 
 import uuid
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, StringConstraints
 
 from lodestream.schemas.envelope import Event, EventData
-from lodestream.schemas.resources import INT64_MAX, SlotName, TransferSpec
+from lodestream.schemas.resources import INT64_MAX, PRINTABLE_PATTERN, SlotName, TransferSpec
 
 
 class TransferRequestedData(EventData):
@@ -16,19 +22,30 @@ class TransferRequestedData(EventData):
     slot: SlotName
     direction: Literal["in", "out"]
     remote: TransferSpec
-    local_path: str
+    local_path: str  # relative to the site's data directory: the job's workdir and the slot's path
+    # The event that began the job's staging step (job.ready, job.reset, job.postprocessed):
+    # the step ends when every item requested for it has succeeded.
+    step_id: uuid.UUID | None = None
 
 
 class TransferSubmittedData(EventData):
-    task_id: str
+    task_id: Annotated[
+        str, StringConstraints(min_length=1, max_length=256, pattern=PRINTABLE_PATTERN)
+    ]
+    attempt: int = Field(1, ge=1, le=1000)
+    items_in_task: int = Field(1, ge=1, le=100_000)  # the batch it went in, for the analytics
 
 
 class TransferFailedData(EventData):
-    reason: str
+    reason: Annotated[str, StringConstraints(max_length=4096)]
+    permanent: bool = False  # retrying could not help (no such file, permission denied)
+    attempts: int = Field(1, ge=1, le=1000)
 
 
 class TransferDoneData(EventData):
     bytes_transferred: int | None = Field(None, ge=0, le=INT64_MAX)
+    duration_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)  # submit → done
+    attempts: int = Field(1, ge=1, le=1000)
 
 
 class TransferRequested(Event):

@@ -48,7 +48,7 @@ from lodestream.schemas.trust import (
     event_from_message,
     heartbeat_message,
 )
-from lodestream.services.controller import decide
+from lodestream.services.controller import decide, staging
 from lodestream.services.controller.backlog import BacklogFeed, newest_batch_seq
 from lodestream.services.controller.decide import Append
 from lodestream.services.controller.errors import ReadModelLag
@@ -91,8 +91,15 @@ async def ensure_durable(
         description="lodestream controller",
     )
     try:
-        await js.consumer_info(stream, durable)
+        info = await js.consumer_info(stream, durable)
     except NotFoundError:
+        await js.add_consumer(stream, config)
+        return
+    # A newer controller may decide on more event types than the one that made the durable:
+    # widen its filter in place (the server updates a durable's filter and keeps its position
+    # and pending acks), so an upgrade loses nothing already delivered.
+    if sorted(info.config.filter_subjects or []) != sorted(filters or []):
+        log.info("controller: updating %s's filter to %s", durable, filters)
         await js.add_consumer(stream, config)
 
 
@@ -270,13 +277,15 @@ class Controller:
         knows whether the step was legal. The read model has reached these sequences, so a
         site-written event that is not among the job's applied events was quarantined.
         """
-        checked = [seq for seq, event in items if _site_written(event)]
+        # Transfer items are judged by their rows alone (settle_step reads the step's states,
+        # not the event), so only job events need the check.
+        checked = [seq for seq, event in items if _site_written(event) and event.kind == "job"]
         if not checked:
             return items
         applied = await self._reads.applied(checked)
         kept = []
         for seq, event in items:
-            if _site_written(event) and seq not in applied:
+            if _site_written(event) and event.kind == "job" and seq not in applied:
                 self.refused += 1
                 log.warning("controller: %s seq %d was quarantined; not acting on it",
                             event.type, seq)  # fmt: skip
@@ -301,7 +310,9 @@ class Controller:
             return self._is_awaited(event.aggregate_id)
         # What a site wrote is acted on only once the fold has accepted it (see _accepted).
         return event.type == "job.awaiting_parents" or (
-            event.kind == "job" and _site_written(event) and CONTROLLER.carries(event.type)
+            event.kind in {"job", "xfer"}
+            and _site_written(event)
+            and CONTROLLER.carries(event.type)
         )
 
     def _is_awaited(self, job_id: uuid.UUID) -> bool:
@@ -311,6 +322,8 @@ class Controller:
         if event.kind in {"app", "site"}:
             await self._learn(event)
             return []
+        if event.kind == "xfer":
+            return await self._settle_transfer(event)
         match event:
             case JobCreated(data=created):
                 try:
@@ -346,14 +359,30 @@ class Controller:
             return decide.on_parent_done(event, children, parents, self._apps)
         simple = {
             "job.run_done": lambda: decide.on_run_done(event, seq, spec, app),
-            "job.postprocessed": lambda: decide.on_postprocessed(event, seq, spec, app),
+            "job.postprocessed": lambda: (
+                decide.on_postprocessed(event, seq, spec, app)
+                + staging.request_items(event, event.aggregate_id, spec, app, "out")
+            ),
             "job.staged_out": lambda: decide.on_staged_out(event, seq, spec),
-            "job.reset": lambda: decide.advance(
-                event, event.aggregate_id, seq, spec, app, from_ready=True
+            # READY with files to stage in: the step begins (advance() leaves such a job).
+            "job.ready": lambda: staging.request_items(event, event.aggregate_id, spec, app, "in"),
+            "job.reset": lambda: (
+                decide.advance(event, event.aggregate_id, seq, spec, app, from_ready=True)
+                + staging.request_items(event, event.aggregate_id, spec, app, "in")
             ),
         }
         handler = simple.get(event.type)
         return handler() if handler else []
+
+    async def _settle_transfer(self, event: Event) -> list[Append]:
+        """An item settled (its site wrote it; the projector has folded it): end its step?"""
+        if event.type not in {"xfer.succeeded", "xfer.failed"}:
+            return []
+        step = await self._reads.step(event.site, event.aggregate_id)
+        if step is None:
+            return []
+        spec = await self._spec((event.site, step.job_id))
+        return staging.settle_step(event, step, spec) if spec is not None else []
 
     async def _learn(self, event: Event) -> None:
         """Apps and sites: what the controller must know, and the consumers it must provide."""

@@ -23,14 +23,16 @@ from lodestream.infra.postgres.tables import (
     scalers,
     sessions,
     sites,
+    transfer_items,
 )
 from lodestream.schemas.batch import batch_cause
-from lodestream.schemas.resources import App, JobSpec
+from lodestream.schemas.resources import App, JobSpec, TransferState
 from lodestream.schemas.states import RUNNABLE, JobState
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.controller.decide import LeasedJob
 from lodestream.services.controller.errors import ReadModelLag
 from lodestream.services.controller.scaler import OPEN_BATCH_STATES, BacklogRow, BatchRow
+from lodestream.services.controller.staging import StepItem, StepView
 from lodestream.services.projector.errors import ProjectorBehind
 from lodestream.services.projector.position import applied_seq, wait_until_applied
 
@@ -121,6 +123,24 @@ _OPEN_BATCH_JOBS: Final = Compiled.of(
     .order_by(batch_jobs.c.site, batch_jobs.c.created_at.desc(), batch_jobs.c.id)
 )  # fmt: skip
 
+# A transfer item's step, then the step's items and its job: all at the item's own site.
+_ITEM_STEP: Final = Compiled.of(
+    select(transfer_items.c.job_id, transfer_items.c.step_id, transfer_items.c.direction).where(
+        transfer_items.c.id == bindparam("id"), transfer_items.c.site == bindparam("site")
+    )
+)
+_STEP: Final = Compiled.of(
+    select(
+        transfer_items.c.slot, transfer_items.c.state, transfer_items.c.reason, jobs.c.state,
+        jobs.c.last_seq,
+    )
+    .select_from(transfer_items.join(jobs, jobs.c.id == transfer_items.c.job_id))
+    .where(
+        transfer_items.c.step_id == bindparam("step"), transfer_items.c.site == bindparam("site"),
+        jobs.c.site == bindparam("site"),
+    )
+)  # fmt: skip
+
 
 def spec_from_row(row: tuple[Any, ...]) -> JobSpec:
     site, app, workdir, parameters, tags, data, resources, transfers, parent_ids = row
@@ -171,6 +191,25 @@ class ReadModel:
         cursor = await conn.execute(_SPEC.sql, _SPEC.params(id=job_id, site=site))
         row = await cursor.fetchone()
         return spec_from_row(row) if row else None
+
+    async def step(self, site: str, item: uuid.UUID) -> StepView | None:
+        """The staging step transfer item ``item`` of ``site`` belongs to (None: no such item)."""
+        conn = await self._c()
+        cursor = await conn.execute(_ITEM_STEP.sql, _ITEM_STEP.params(id=item, site=site))
+        found = await cursor.fetchone()
+        if found is None or found[1] is None:
+            return None
+        job_id, step_id, direction = found
+        cursor = await conn.execute(_STEP.sql, _STEP.params(step=step_id, site=site))
+        rows = await cursor.fetchall()
+        if not rows:
+            return None
+        return StepView(
+            job_id=job_id, site=site, step_id=step_id, direction=direction,
+            job_state=JobState(rows[0][3]), job_seq=int(rows[0][4]),
+            items=[StepItem(slot, TransferState(state), reason or "")
+                   for slot, state, reason, _, _ in rows],
+        )  # fmt: skip
 
     async def waiting_children(self, parent: uuid.UUID) -> list[tuple[uuid.UUID, int, JobSpec]]:
         conn = await self._c()

@@ -37,6 +37,7 @@ from lodestream.services.projector.projection import (
     Projection,
     batch_ids_to_load,
     job_ids_to_load,
+    xfer_ids_to_load,
 )
 from lodestream.services.projector.rows import QuarantineRow
 from lodestream.services.projector.store import ProjectionStore
@@ -261,7 +262,7 @@ class Projector:
                 raise Gap(position)
             events = [d for _, d in pending if not isinstance(d, QuarantineRow)]
             known = await self._store.load_known(
-                conn, job_ids_to_load(events), batch_ids_to_load(events)
+                conn, job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
             )
             changes = Changes()
             projection = Projection(known, changes)

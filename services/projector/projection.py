@@ -37,17 +37,20 @@ from lodestream.schemas.events import (
     SessionExpired,
     SessionOpened,
     SiteKeyBound,
+    SiteLocationsSet,
     SiteRegistered,
     SiteRemoved,
     TransferFailed,
     TransferRequested,
     TransferSubmitted,
+    TransferSucceeded,
 )
 from lodestream.schemas.events.job import FinishedData, RunResultData
 from lodestream.schemas.events.scaler import scaler_id
 from lodestream.schemas.fold import apply, check_creation
 from lodestream.schemas.ids import derived_id
-from lodestream.schemas.resources import BatchJobState
+from lodestream.schemas.resources import BatchJobState, TransferState
+from lodestream.schemas.xfer import next_xfer_state
 from lodestream.services.projector.messages import (
     Decoded,
     EventMessage,
@@ -79,6 +82,7 @@ class Known:
     jobs: dict[uuid.UUID, JobProgress | JobRecord] = field(default_factory=dict)
     site_owners: dict[str, str] = field(default_factory=dict)  # live sites only
     batch_states: dict[uuid.UUID, BatchJobState] = field(default_factory=dict)
+    xfer_states: dict[uuid.UUID, tuple[str, TransferState]] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -102,6 +106,10 @@ def job_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
 
 def batch_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
     return _ids_of_kind(decoded, "batch")
+
+
+def xfer_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
+    return _ids_of_kind(decoded, "xfer")
 
 
 def _ids_of_kind(decoded: Iterable[Decoded], kind: str) -> set[uuid.UUID]:
@@ -230,6 +238,11 @@ class Projection:
                 self._require_owner(event)
                 del self.known.site_owners[event.site]
                 self._op("site_removed", **base)
+            case SiteLocationsSet(data=data):
+                self._require_site_actor(event)
+                if event.aggregate_id != derived_id("site", event.site):
+                    raise IllegalTransition("site.locations_set is not on the site's aggregate")
+                self._op("site_locations", **base, locations=jsonb(data.locations))
 
     def _app(self, seq: int, event: Event) -> None:
         base = {"site": event.site, "seq": seq, "at": event.occurred_at}
@@ -307,6 +320,13 @@ class Projection:
                 self._op("session_ended", **base, state="expired", reason=data.reason)
 
     def _xfer_event(self, seq: int, event: Event) -> None:
+        if event.site not in self.known.site_owners:
+            raise IllegalTransition(f"{event.type} for unregistered site {event.site!r}")
+        known = self.known.xfer_states.get(event.aggregate_id)
+        if known is not None and known[0] != event.site:
+            raise IllegalTransition(f"transfer item {event.aggregate_id} is not at {event.site!r}")
+        state = next_xfer_state(known[1] if known else None, event.type)
+        self.known.xfer_states[event.aggregate_id] = (event.site, state)
         match event:
             case TransferRequested(data=data):
                 self._op(
@@ -320,13 +340,17 @@ class Projection:
                     direction=data.direction,
                     remote=data.remote.model_dump_json(),
                     local_path=data.local_path,
+                    step_id=data.step_id,
                 )
             case TransferSubmitted(data=data):
-                self._xfer(event, seq, "submitted", task_id=data.task_id)
+                self._xfer(event, seq, state, task_id=data.task_id, attempts=data.attempt)
             case TransferFailed(data=data):
-                self._xfer(event, seq, "failed", reason=data.reason)
-            case _:
-                self._xfer(event, seq, event.type.partition(".")[2])
+                self._xfer(event, seq, state, reason=data.reason, attempts=data.attempts,
+                           permanent=data.permanent)  # fmt: skip
+            case TransferSucceeded(data=data):
+                self._xfer(event, seq, state, attempts=data.attempts,
+                           bytes_transferred=data.bytes_transferred,
+                           duration_s=data.duration_s)  # fmt: skip
 
     def _scaler(self, seq: int, event: Event) -> None:
         if event.site not in self.known.site_owners:
@@ -366,15 +390,16 @@ class Projection:
             **fields,
         )
 
-    def _xfer(self, event: Event, seq: int, state: str, **values: Any) -> None:
-        fields = {"task_id": None, "reason": None} | values
+    def _xfer(self, event: Event, seq: int, state: TransferState, **values: Any) -> None:
+        fields = {"task_id": None, "reason": None, "attempts": None, "permanent": None,
+                  "bytes_transferred": None, "duration_s": None} | values  # fmt: skip
         self._op(
             "xfer_state",
             id=event.aggregate_id,
             site=event.site,
             seq=seq,
             at=event.occurred_at,
-            state=state,
+            state=state.value,
             **fields,
         )
 

@@ -13,7 +13,7 @@ from typing import Any, Final, LiteralString
 
 from psycopg import AsyncConnection, sql
 
-from lodestream.schemas.resources import BatchJobState
+from lodestream.schemas.resources import BatchJobState, TransferState
 from lodestream.services.projector.projection import Changes, Known, Op
 from lodestream.services.projector.rows import (
     JOB_COLUMNS,
@@ -96,14 +96,21 @@ _OPS: Final[dict[str, LiteralString]] = {
         WHERE id = %(id)s AND site = %(site)s AND state = 'open'""",
     "xfer_requested": """
         INSERT INTO {s}.transfer_items (id, site, job_id, slot, direction, remote, local_path,
-                                        state, updated_at, last_seq)
+                                        state, updated_at, requested_at, step_id, last_seq)
         VALUES (%(id)s, %(site)s, %(job_id)s, %(slot)s, %(direction)s, %(remote)s,
-                %(local_path)s, 'pending', %(at)s, %(seq)s)
+                %(local_path)s, 'pending', %(at)s, %(at)s, %(step_id)s, %(seq)s)
         ON CONFLICT (id) DO NOTHING""",
     "xfer_state": """
         UPDATE {s}.transfer_items SET state = %(state)s, task_id = COALESCE(%(task_id)s, task_id),
-            reason = COALESCE(%(reason)s, reason), updated_at = %(at)s, last_seq = %(seq)s
+            reason = COALESCE(%(reason)s, reason), attempts = COALESCE(%(attempts)s, attempts),
+            permanent = COALESCE(%(permanent)s, permanent),
+            bytes_transferred = COALESCE(%(bytes_transferred)s, bytes_transferred),
+            duration_s = COALESCE(%(duration_s)s, duration_s),
+            updated_at = %(at)s, last_seq = %(seq)s
         WHERE id = %(id)s AND site = %(site)s""",
+    "site_locations": """
+        UPDATE {s}.sites SET transfer_locations = %(locations)s, last_seq = %(seq)s
+        WHERE name = %(site)s AND removed_at IS NULL""",
 }
 
 
@@ -144,8 +151,20 @@ class ProjectionStore:
         conn: AsyncConnection[Any],
         job_ids: Iterable[uuid.UUID],
         batch_ids: Iterable[uuid.UUID] = (),
+        xfer_ids: Iterable[uuid.UUID] = (),
     ) -> Known:
         known = Known()
+        items = list(xfer_ids)
+        if items:
+            cursor = await conn.execute(
+                _q(
+                    "SELECT id, site, state FROM {s}.transfer_items WHERE id = ANY(%s)", self.schema
+                ),
+                (items,),
+            )
+            known.xfer_states = {
+                row[0]: (row[1], TransferState(row[2])) for row in await cursor.fetchall()
+            }
         wanted = list(batch_ids)
         if wanted:
             cursor = await conn.execute(

@@ -1,0 +1,79 @@
+"""The transfer-item lifecycle, as data, and the ids and paths every party derives the same way.
+
+::
+
+    (none) ──requested──▶ pending ──submitted──▶ submitted ──succeeded──▶ succeeded
+                             │                    │  ▲   └────failed────▶ failed
+                             │                    └──┘ submitted again (next attempt)
+                             └──────failed (no backend for the location)──▶ failed
+
+:data:`XFER_TRANSITIONS` maps each event type to the states it may follow and the state it
+leads to; the projector folds items through it (an event it refuses is quarantined) and a
+test walks every pair.
+
+The controller requests the items of a job's step (:func:`item_id` makes their ids from the
+event that began the step, so deciding again requests the very same items, and a job reset
+and staged again gets new ones); the site's transfer module moves them; the controller ends
+the step when the last item has succeeded, or fails the job with the first item that failed.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import uuid
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Final, Literal
+
+from lodestream.schemas.errors import IllegalTransition
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.resources import TransferState
+
+X = TransferState
+Direction = Literal["in", "out"]
+FINAL_XFER_STATES: Final = frozenset({X.SUCCEEDED, X.FAILED})
+
+XFER_TRANSITIONS: Final[Mapping[str, Mapping[TransferState | None, TransferState]]] = (
+    MappingProxyType({
+        "xfer.requested": MappingProxyType({None: X.PENDING}),
+        "xfer.submitted": MappingProxyType({X.PENDING: X.SUBMITTED, X.SUBMITTED: X.SUBMITTED}),
+        "xfer.succeeded": MappingProxyType({X.SUBMITTED: X.SUCCEEDED}),
+        "xfer.failed": MappingProxyType({X.PENDING: X.FAILED, X.SUBMITTED: X.FAILED}),
+    })
+)  # fmt: skip
+"""For each transfer event type: the state it follows (None: none yet) → the state it leads to."""
+
+
+def next_xfer_state(state: TransferState | None, event_type: str) -> TransferState:
+    """The state after ``event_type`` in ``state``; :class:`IllegalTransition` if not allowed."""
+    moves = XFER_TRANSITIONS.get(event_type)
+    if moves is None:
+        raise IllegalTransition(f"{event_type} is not a transfer-item event")
+    target = moves.get(state)
+    if target is None:
+        where = "a new transfer item" if state is None else f"a {state.value} transfer item"
+        raise IllegalTransition(f"{event_type} is not allowed for {where}")
+    return target
+
+
+def item_id(step_cause: uuid.UUID, job_id: uuid.UUID, slot: str, direction: Direction) -> uuid.UUID:
+    """The transfer item of ``slot`` for the step that ``step_cause`` (an event id) began."""
+    return derived_id("xfer", str(step_cause), str(job_id), direction, slot)
+
+
+def local_path(workdir: str, slot_path: str) -> str:
+    """The site-side path of a slot, relative to the site's data directory.
+
+    ``workdir`` is already relative and free of '..' (the job spec checks it); the app's slot
+    path is site code, but is checked the same way so that no item can name a file outside the
+    job's directory.
+    """
+    parts = slot_path.split("/")
+    if slot_path.startswith("/") or ".." in parts or not slot_path.strip("/"):
+        raise ValueError(f"transfer slot path {slot_path!r} must be relative, without '..'")
+    return posixpath.normpath(posixpath.join(workdir, slot_path))
+
+
+def all_succeeded(states: Iterable[TransferState]) -> bool:
+    listed = list(states)
+    return bool(listed) and all(s == X.SUCCEEDED for s in listed)
