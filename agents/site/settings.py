@@ -37,6 +37,14 @@
       min_nodes: 1
       max_nodes: 8
       max_queued_jobs: 2
+    transfers:                   # data staging: where jobs may stage from and to
+      locations:
+        aps_dtn: globus://7c1f0e9a-0000-4000-8000-000000000001/
+        beamline: rsync://scientist@127.0.0.1:2222/data
+        scratch: local:/scratch/shared
+      batch_size: 100            # items per transfer task
+      max_concurrent: 5          # tasks in flight
+      globus_collection: ...     # this site's own collection, for globus locations
 
 Only entry points (``lode site start``, ``lode launcher``) read the file.
 """
@@ -52,7 +60,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
 from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SchedulerWord
 from lodestream.schemas.events.scaler import ScalerLimits
-from lodestream.schemas.resources import PRINTABLE_PATTERN
+from lodestream.schemas.resources import PRINTABLE_PATTERN, LocationName, LocationUrl
 from lodestream.schemas.retry import RetryBackoff
 from lodestream.schemas.subjects import SiteSlug
 
@@ -172,6 +180,29 @@ class ElasticSettings(ScalerLimits):
         return ScalerLimits.model_validate(self.model_dump(exclude={"enabled", "period_s"}))
 
 
+class TransferSettings(_Strict):
+    """The site's transfer module (``agents/site/transfers/``) and the locations it trusts.
+
+    ``locations`` names the remote places a job may stage from or to (``slot: "name:/path"``)
+    and says how: ``globus://<collection>/``, ``rsync://user@host[:port]/base``, ``rsync:/base``,
+    ``local:`` or ``local:/base``. The site declares them to the control plane at start; a job
+    naming any other location is refused at submission.
+    """
+
+    locations: dict[LocationName, LocationUrl] = Field(default_factory=dict, max_length=256)
+    batch_size: int = Field(100, ge=1, le=10_000)  # items per backend task
+    max_concurrent: int = Field(5, ge=1, le=1000)  # backend tasks in flight at once
+    retry_budget: int = Field(3, ge=0, le=100)  # resubmissions of an item after a transient fault
+    poll_interval_s: float = Field(2.0, gt=0, le=3600)
+    state_dir: Path = Path("transfers")  # the local and rsync backends' task records
+    link: bool = False  # local backend: hard-link instead of copying, where one filesystem
+    ssh_identity: Path | None = None  # rsync over ssh
+    ssh_options: tuple[OptionValue, ...] = ()
+    globus_collection: str = ""  # this site's own Globus collection (endpoint) id
+    globus_client_id: str = ""  # the native app registered for `lode site globus-login`
+    globus_sync_level: Literal["exists", "size", "mtime", "checksum"] = "mtime"
+
+
 class SiteSettings(_Strict):
     site: SiteSlug
     nats: SiteNats
@@ -181,6 +212,7 @@ class SiteSettings(_Strict):
     cleaner: CleanerSettings = CleanerSettings()
     scheduler: SchedulerSettings = SchedulerSettings()
     elastic: ElasticSettings = ElasticSettings()
+    transfers: TransferSettings = TransferSettings()
     directory: Path = Path()
 
     @model_validator(mode="after")

@@ -44,7 +44,8 @@ class TransferFailedData(EventData):
 
 class TransferDoneData(EventData):
     bytes_transferred: int | None = Field(None, ge=0, le=INT64_MAX)
-    duration_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)  # submit → done
+    # From the submission that succeeded to its success, as the site saw it.
+    duration_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
     attempts: int = Field(1, ge=1, le=1000)
 
 

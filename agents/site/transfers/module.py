@@ -1,0 +1,416 @@
+"""The site agent's transfer module: moves transfer items and reports each one's end.
+
+    xfer-<site>: xfer.requested → pool → (batched by location and direction) backend.submit
+                                        → xfer.submitted (task id, attempt), per item
+    every poll_interval_s: backend.poll(task) → xfer.succeeded (bytes, duration)
+                                              | another attempt (transient, within the budget)
+                                              | xfer.failed (permanent, or the budget spent)
+
+The controller requests the items and ends the job's step when its last item settles
+(:mod:`lodestream.services.controller.staging`); this module only moves data and reports.
+
+**An item is work in progress of ``xfer-<site>`` from its request to its end.** Its delivery
+is acknowledged only after ``xfer.succeeded`` or ``xfer.failed`` is on the log; until then it
+is held and marked in progress. An agent that stops hands held items back (nak); one that dies
+has them redelivered after the consumer's ack wait. The next agent reads each item from the log
+(:mod:`.history`) and polls a task already submitted instead of submitting again; a backend
+given the same submission key twice does not move the data twice
+(:mod:`lodestream.platform_adapters.transfers.base`).
+
+**No item waits silently.** A location the site has no backend for, a backend that cannot be
+built (Globus never logged in), a path outside the job's directory: the item fails at once with
+the reason, and the controller fails its job with it. A backend that is away is retried at
+every cycle; after ``retry_budget`` more tries the item fails with the backend's words.
+
+Every append is compare-and-set on the item's last event, with an id derived from the item and
+the attempt, so two agents cannot both report an item, and deciding again lands nothing twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Final
+
+import nats.errors
+
+from lodestream.agents.site.settings import SiteSettings
+from lodestream.agents.site.transfers import plan
+from lodestream.agents.site.transfers.history import ItemView, read_item
+from lodestream.agents.site.transfers.locations import BackendBuilder, Backends
+from lodestream.eventlog import ConflictError, EventLog, EventLogError
+from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.platform_adapters.transfers.base import (
+    TaskStatus,
+    TransferBatch,
+    TransferError,
+    TransferItem,
+    TransferRefused,
+    UnknownTask,
+)
+from lodestream.schemas.envelope import Event
+from lodestream.schemas.errors import Untrusted
+from lodestream.schemas.events import (
+    TransferFailed,
+    TransferRequested,
+    TransferSubmitted,
+    TransferSucceeded,
+)
+from lodestream.schemas.events.xfer import (
+    TransferDoneData,
+    TransferFailedData,
+    TransferSubmittedData,
+)
+from lodestream.schemas.ids import derived_id
+from lodestream.schemas.topology import XFER
+from lodestream.schemas.trust import check_own_site, event_from_message
+
+log = logging.getLogger(__name__)
+
+PROGRESS_EVERY_S: Final = 30.0  # in_progress on held deliveries (the feed's ack wait is 120 s)
+
+
+@dataclass(slots=True)
+class Held:
+    """An item between its request and its end: its view and the delivery held for it."""
+
+    view: ItemView
+    msg: Any
+    pending: plan.PendingItem | None = None  # waiting for a task
+    task_id: str | None = None
+    submit_errors: int = 0
+    submitted_mono: float = 0.0
+
+
+@dataclass(slots=True)
+class InFlight:
+    task_id: str
+    location: str
+    items: list[uuid.UUID]
+
+
+@dataclass(slots=True)
+class TransferStats:
+    submitted: int = 0  # items submitted (every attempt)
+    succeeded: int = 0
+    failed: int = 0
+    retried: int = 0  # attempts after a transient fault
+    backend_errors: int = 0  # submit or poll calls that failed
+    skipped: int = 0  # deliveries the shared rule refused
+    resumed: int = 0  # items found already submitted (a redelivery)
+    tasks: dict[str, int] = field(default_factory=dict)  # tasks submitted per location
+
+
+class TransferModule:
+    def __init__(
+        self,
+        js: Any,
+        settings: SiteSettings,
+        *,
+        build: BackendBuilder | None = None,
+        durable: str | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._js = js
+        self._log = EventLog(js)
+        self._site = settings.site
+        self._cfg = settings.transfers
+        self._data_dir = settings.data_dir.resolve()
+        self._durable = durable or XFER.durable(settings.site)
+        self.backends = Backends(settings, build)
+        self._clock = clock
+        self.held: dict[uuid.UUID, Held] = {}
+        self.inflight: dict[str, InFlight] = {}
+        self.stats = TransferStats()
+        self._progress_at = 0.0
+
+    @property
+    def actor(self) -> str:
+        return f"site:{self._site}"
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def run(self, stop: asyncio.Event) -> None:
+        sub = await pull_consumer(self._js, XFER.stream, self._durable)
+        pulling = PullLoop(sub, name="transfers", batch=256, timeout_s=0.5)
+        next_cycle = 0.0
+        try:
+            while not stop.is_set():
+                await pulling.once(each_message(self.deliver, "transfers"))
+                if time.monotonic() >= next_cycle:
+                    try:
+                        await self.cycle()
+                    except Exception:  # a bug must not end the module: the next cycle retries
+                        log.exception("transfers: cycle failed")
+                    next_cycle = time.monotonic() + self._cfg.poll_interval_s
+        finally:
+            for held in self.held.values():
+                await _settle(held.msg.nak())
+            with contextlib.suppress(nats.errors.Error):
+                await sub.stop()
+            log.info("transfers stop: %s", self.stats)
+
+    async def deliver(self, msg: Any) -> None:
+        """One ``xfer.requested`` delivery: hold it, resume it, or let it go if it has ended."""
+        try:
+            event = _request(msg, self._site)
+        except Untrusted as exc:
+            self.stats.skipped += 1
+            log.warning("transfers: skipped delivery on %s: %s", msg.subject, exc)
+            await _settle(msg.term())
+            return
+        held = self.held.get(event.aggregate_id)
+        if held is not None:  # redelivered while held here (a slow cycle): keep the newest
+            held.msg = msg
+            return
+        try:
+            view = await read_item(self._js, self._site, event.aggregate_id)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("transfers: cannot read item %s yet (%s)", event.aggregate_id, exc)
+            await _settle(msg.nak(delay=5))
+            return
+        view = view or ItemView(event.aggregate_id, event.data, _seq(msg), request_id=event.id)
+        if view.final:
+            await _settle(msg.ack())
+            return
+        held = Held(view, msg)
+        self.held[view.id] = held
+        if view.task_id is not None:
+            self.stats.resumed += 1
+            self._adopt(held, view.task_id)
+        else:
+            await self._queue(held, attempt=1)
+
+    async def cycle(self) -> None:
+        """Poll what is in flight, submit what waits, keep held deliveries from redelivery."""
+        for task in list(self.inflight.values()):
+            await self._poll(task)
+        await self._submit_ready()
+        if time.monotonic() - self._progress_at >= PROGRESS_EVERY_S:
+            self._progress_at = time.monotonic()
+            for held in self.held.values():
+                await _settle(held.msg.in_progress())
+
+    # --- submitting -------------------------------------------------------------------------
+
+    async def _queue(self, held: Held, *, attempt: int) -> None:
+        request = held.view.request
+        location = request.remote.location
+        if self.backends.problem(location) is not None:
+            await self._fail(held, self.backends.problem(location) or "", permanent=True)
+            return
+        try:
+            site_path = self._site_path(request.local_path)
+        except ValueError as exc:
+            await self._fail(held, str(exc), permanent=True)
+            return
+        remote = request.remote.path
+        source, destination = (remote, site_path) if request.direction == "in" else (
+            site_path, remote)  # fmt: skip
+        held.task_id = None
+        held.pending = plan.PendingItem(
+            item_id=held.view.id, location=location, direction=request.direction,
+            source=source, destination=destination, recursive=request.remote.recursive,
+            attempt=attempt, since_seq=held.view.last_seq,
+        )  # fmt: skip
+
+    def _site_path(self, relative: str) -> str:
+        path = (self._data_dir / relative).resolve()
+        if not path.is_relative_to(self._data_dir):
+            raise ValueError(f"transfer path {relative!r} leaves the site's data directory")
+        return str(path)
+
+    async def _submit_ready(self) -> None:
+        pool = [h.pending for h in self.held.values() if h.pending is not None]
+        free = self._cfg.max_concurrent - len(self.inflight)
+        for batch in plan.batches(pool, batch_size=self._cfg.batch_size, free_slots=free):
+            await self._submit(batch)
+
+    async def _submit(self, batch: plan.Batch) -> None:
+        backend = self.backends.get(batch.location)
+        if batch.direction == "in":
+            for item in batch.items:
+                Path(item.destination).parent.mkdir(parents=True, exist_ok=True)
+        request = TransferBatch(
+            location=batch.location, url=self.backends.url(batch.location),
+            direction=batch.direction, submission_key=batch.submission_key,
+            items=tuple(TransferItem(str(i.item_id), i.source, i.destination, i.recursive)
+                        for i in batch.items),
+        )  # fmt: skip
+        try:
+            task_id = await asyncio.to_thread(backend.submit, request)
+        except TransferRefused as exc:
+            for item in batch.items:
+                await self._fail(self.held[item.item_id], str(exc), permanent=True)
+            return
+        except TransferError as exc:  # away, or its tool missing: try again next cycle
+            self.stats.backend_errors += 1
+            log.warning("transfers: submitting to %s failed: %s", batch.location, exc)
+            for item in batch.items:
+                held = self.held[item.item_id]
+                held.submit_errors += 1
+                if held.submit_errors > self._cfg.retry_budget:
+                    await self._fail(held, f"{batch.location}: {exc}", permanent=False)
+            return
+        self.stats.tasks[batch.location] = self.stats.tasks.get(batch.location, 0) + 1
+        self.inflight[task_id] = InFlight(task_id, batch.location, [])
+        for item in batch.items:
+            held = self.held[item.item_id]
+            if await self._submitted(held, task_id, item.attempt, len(batch.items)):
+                self.inflight[task_id].items.append(item.item_id)
+        if not self.inflight[task_id].items:
+            del self.inflight[task_id]
+
+    async def _submitted(self, held: Held, task_id: str, attempt: int, size: int) -> bool:
+        event = TransferSubmitted.create(
+            site=self._site, aggregate_id=held.view.id, actor=self.actor,
+            data=TransferSubmittedData(task_id=task_id, attempt=attempt, items_in_task=size),
+            event_id=self._id(held, f"submitted-{attempt}"), causation_id=held.view.request_id,
+        )  # fmt: skip
+        if not await self._append(held, event):
+            return False
+        self.stats.submitted += 1
+        held.pending, held.task_id = None, task_id
+        held.submitted_mono = time.monotonic()
+        held.view = replace(held.view, task_id=task_id, attempt=attempt,
+                            submitted_at=self._clock())  # fmt: skip
+        return True
+
+    def _adopt(self, held: Held, task_id: str) -> None:
+        location = held.view.request.remote.location
+        task = self.inflight.setdefault(task_id, InFlight(task_id, location, []))
+        task.items.append(held.view.id)
+        held.task_id = task_id
+        submitted = held.view.submitted_at
+        ago = (self._clock() - submitted).total_seconds() if submitted else 0.0
+        held.submitted_mono = time.monotonic() - max(ago, 0.0)
+
+    # --- polling ----------------------------------------------------------------------------
+
+    async def _poll(self, task: InFlight) -> None:
+        problem = self.backends.problem(task.location)
+        if problem is not None:  # settings changed under a resumed task
+            for item in task.items:
+                await self._fail(self.held[item], problem, permanent=True)
+            del self.inflight[task.task_id]
+            return
+        backend = self.backends.get(task.location)
+        try:
+            status = await asyncio.to_thread(backend.poll, task.task_id)
+        except UnknownTask:
+            status = TaskStatus(task.task_id, final=True, detail="the backend forgot the task")
+        except TransferError as exc:
+            self.stats.backend_errors += 1
+            log.warning("transfers: polling task %s failed: %s", task.task_id, exc)
+            return
+        if not status.final:
+            return
+        del self.inflight[task.task_id]
+        for missing in plan.missing_items(task.items, status.items):
+            log.warning("transfers: task %s ended saying nothing of item %s (%s)",
+                        task.task_id, missing, status.detail or "no detail")  # fmt: skip
+        for item_id in task.items:
+            held = self.held.get(item_id)
+            if held is None:
+                continue
+            result = status.items.get(str(item_id))
+            if result is None:
+                await self._retry(held, f"task {task.task_id}: {status.detail or 'no outcome'}")
+                continue
+            decision = plan.outcome(result, attempt=held.view.attempt,
+                                    retry_budget=self._cfg.retry_budget)  # fmt: skip
+            if decision.verdict == "succeeded":
+                await self._succeed(held, result.bytes_transferred)
+            elif decision.verdict == "retry":
+                await self._retry(held, decision.reason)
+            else:
+                await self._fail(held, decision.reason, permanent=decision.permanent)
+
+    async def _retry(self, held: Held, reason: str) -> None:
+        if held.view.attempt > self._cfg.retry_budget:
+            await self._fail(
+                held, f"{reason} (after {held.view.attempt} attempts)", permanent=False
+            )
+            return
+        self.stats.retried += 1
+        log.info("transfers: item %s attempt %d failed (%s); trying again",
+                 held.view.id, held.view.attempt, reason)  # fmt: skip
+        await self._queue(held, attempt=held.view.attempt + 1)
+
+    # --- ends -------------------------------------------------------------------------------
+
+    async def _succeed(self, held: Held, size: int | None) -> None:
+        took = max(time.monotonic() - held.submitted_mono, 0.0) if held.submitted_mono else None
+        event = TransferSucceeded.create(
+            site=self._site, aggregate_id=held.view.id, actor=self.actor,
+            data=TransferDoneData(bytes_transferred=size, duration_s=took,
+                                  attempts=max(held.view.attempt, 1)),
+            event_id=self._id(held, "succeeded"), causation_id=held.view.request_id,
+        )  # fmt: skip
+        if await self._append(held, event):
+            self.stats.succeeded += 1
+            await self._release(held)
+
+    async def _fail(self, held: Held, reason: str, *, permanent: bool) -> None:
+        event = TransferFailed.create(
+            site=self._site, aggregate_id=held.view.id, actor=self.actor,
+            data=TransferFailedData(reason=reason[:4096], permanent=permanent,
+                                    attempts=max(held.view.attempt, 1)),
+            event_id=self._id(held, "failed"), causation_id=held.view.request_id,
+        )  # fmt: skip
+        if await self._append(held, event):
+            self.stats.failed += 1
+            log.warning("transfers: item %s (%s of job %s) failed: %s", held.view.id,
+                        held.view.request.slot, held.view.request.job_id, reason)  # fmt: skip
+            await self._release(held)
+
+    async def _release(self, held: Held) -> None:
+        self.held.pop(held.view.id, None)
+        await _settle(held.msg.ack())
+
+    async def _append(self, held: Held, event: Event) -> bool:
+        """Append on the item's last event; False if the item moved on (then it is re-read)."""
+        try:
+            appended = await self._log.append(event, expect=held.view.last_seq)
+        except ConflictError:
+            fresh = await read_item(self._js, self._site, held.view.id)
+            if fresh is None or fresh.final:
+                await self._release(held)  # someone else ended it
+            else:
+                held.view = fresh
+            return False
+        except EventLogError as exc:  # NATS away: the next cycle decides again
+            log.warning("transfers: could not append %s: %s", event.type, exc)
+            return False
+        held.view = replace(held.view, last_seq=appended.seq)
+        return True
+
+    def _id(self, held: Held, what: str) -> uuid.UUID:
+        return derived_id("xfer", self._site, str(held.view.id), what)
+
+
+def _request(msg: Any, site: str) -> TransferRequested:
+    event = check_own_site(event_from_message(msg.subject, msg.data), site)
+    if not isinstance(event, TransferRequested):
+        raise Untrusted(f"{event.type} is not work of {XFER.durable(site)}")
+    return event
+
+
+def _seq(msg: Any) -> int:
+    return int(msg.metadata.sequence.stream)
+
+
+async def _settle(settling: Any) -> None:
+    """Ack, nak, term or in_progress; if NATS is away the server redelivers later, which the
+    log's compare-and-set makes safe, so a failure is only logged."""
+    try:
+        await settling
+    except nats.errors.Error as exc:
+        log.warning("transfers: could not settle a delivery: %s", exc or type(exc).__name__)

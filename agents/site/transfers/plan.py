@@ -1,0 +1,93 @@
+"""The transfer module's decisions, as pure functions: what to submit together, what to report.
+
+Items wait in a pool until submitted. :func:`batches` groups the pool by (location,
+direction) — one backend task moves items between one remote place and the site — cuts each
+group into batches of at most ``batch_size``, oldest first, and hands out no more batches than
+there are free task slots (``max_concurrent`` minus those in flight). :func:`outcome` turns
+what a backend said about one item into what the module appends: success, another attempt
+(a transient fault within the retry budget), or failure (a permanent fault, or the budget
+spent) with the backend's own words.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from lodestream.platform_adapters.transfers.base import Direction, ItemOutcome
+
+
+@dataclass(frozen=True, slots=True)
+class PendingItem:
+    """An item waiting for a backend task: ``attempt`` is the submission it will be."""
+
+    item_id: uuid.UUID
+    location: str
+    direction: Direction
+    source: str
+    destination: str
+    recursive: bool
+    attempt: int
+    since_seq: int  # its request's stream sequence: oldest first
+
+
+@dataclass(frozen=True, slots=True)
+class Batch:
+    location: str
+    direction: Direction
+    items: tuple[PendingItem, ...]
+
+    @property
+    def submission_key(self) -> str:
+        """The same items at the same attempts give the same key (see ``TransferBatch``)."""
+        text = ",".join(sorted(f"{i.item_id}:{i.attempt}" for i in self.items))
+        return "lode-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def batches(pool: Iterable[PendingItem], *, batch_size: int, free_slots: int) -> list[Batch]:
+    """The batches to submit now: at most ``free_slots`` of at most ``batch_size`` items."""
+    if free_slots <= 0:
+        return []
+    groups: dict[tuple[str, Direction], list[PendingItem]] = {}
+    for item in sorted(pool, key=lambda i: (i.since_seq, str(i.item_id))):
+        groups.setdefault((item.location, item.direction), []).append(item)
+    # Full batches first (they move most per task), then the group waiting longest.
+    cut: list[tuple[int, int, Batch]] = []
+    for (location, direction), items in groups.items():
+        for start in range(0, len(items), batch_size):
+            chunk = tuple(items[start : start + batch_size])
+            cut.append((-len(chunk), chunk[0].since_seq, Batch(location, direction, chunk)))
+    cut.sort(key=lambda entry: (entry[0], entry[1]))
+    return [batch for _, _, batch in cut[:free_slots]]
+
+
+Verdict = Literal["succeeded", "retry", "failed"]
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    reason: str = ""
+    permanent: bool = False
+
+
+def outcome(result: ItemOutcome, *, attempt: int, retry_budget: int) -> Decision:
+    """What to do about one item of a finished task, on its ``attempt``-th submission."""
+    if result.ok:
+        return Decision("succeeded")
+    reason = result.reason or "the transfer backend reported a failure without a reason"
+    if result.permanent:
+        return Decision("failed", reason, permanent=True)
+    if attempt > retry_budget:
+        return Decision("failed", f"{reason} (after {attempt} attempts)")
+    return Decision("retry", reason)
+
+
+def missing_items(expected: Sequence[uuid.UUID], reported: Iterable[str]) -> list[uuid.UUID]:
+    """Items of a final task the backend said nothing about (a backend bug, or a lost record):
+    they are tried again like a transient fault, never taken as done."""
+    seen = set(reported)
+    return [item for item in expected if str(item) not in seen]
