@@ -1,5 +1,7 @@
-"""The site agent: publishes the site's apps, then works ``process-<site>`` (hooks, cleaner)
-and ``sched-<site>`` (pilot batch jobs, :mod:`lodestream.agents.site.scheduler`) until stopped.
+"""The site agent: publishes the site's apps and transfer locations, then works
+``process-<site>`` (hooks, cleaner), ``sched-<site>`` (pilot batch jobs,
+:mod:`lodestream.agents.site.scheduler`) and ``xfer-<site>`` (data staging,
+:mod:`lodestream.agents.site.transfers`) until stopped.
 
 With ``elastic.enabled`` it also runs the site's elastic queue (``agents/site/elastic/``)
 beside it, every ``elastic.period_s``.
@@ -29,6 +31,8 @@ from lodestream.agents.site.registry import AppPublisher
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.scheduler import PilotScheduler, build_scheduler
 from lodestream.agents.site.settings import SiteSettings
+from lodestream.agents.site.transfers import TransferModule
+from lodestream.agents.site.transfers.locations import BackendBuilder, declare_locations
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.schedulers import Scheduler
@@ -47,6 +51,7 @@ class SiteAgent:
         retries: RetryRules | None = None,
         *,
         scheduler: Scheduler | None = None,
+        transfer_backends: BackendBuilder | None = None,
     ) -> None:
         self._js = js
         self._settings = settings
@@ -61,6 +66,7 @@ class SiteAgent:
         )  # fmt: skip
         scheduler = scheduler or build_scheduler(settings)
         self.pilots = PilotScheduler(js, settings, scheduler)
+        self.transfers = TransferModule(js, settings, build=transfer_backends)
         self.elastic = (
             ElasticQueue(ScalerLog(js, settings.site), settings.site, settings.elastic, scheduler)
             if settings.elastic.enabled
@@ -72,6 +78,10 @@ class SiteAgent:
         changes = await self.publisher.publish(self._apps)
         for name, action in changes.items():
             log.info("app %s %s", name, action)
+        if await declare_locations(self._js, self._settings):
+            log.info(
+                "transfer locations: %s", ", ".join(self._settings.transfers.locations) or "none"
+            )
         sub = await pull_consumer(self._js, PROCESS.stream, PROCESS.durable(self._settings.site))
         pulling = PullLoop(sub, name="site agent", batch=64, timeout_s=0.5)
         workers = asyncio.Semaphore(self._settings.processing.workers)
@@ -85,6 +95,7 @@ class SiteAgent:
             task.add_done_callback(pending.discard)
 
         pilots = asyncio.create_task(self.pilots.run(stop))
+        transfers = asyncio.create_task(self.transfers.run(stop))
         try:
             await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
@@ -92,7 +103,7 @@ class SiteAgent:
                 if not stop.is_set():  # the pull loop failed: the queue would go on alone
                     elastic.cancel()
                 await asyncio.gather(elastic, return_exceptions=True)
-            await asyncio.gather(pilots, return_exceptions=True)
+            await asyncio.gather(pilots, transfers, return_exceptions=True)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(nats.errors.Error):

@@ -66,8 +66,10 @@ async def catalog(
     site_names: Collection[str],
     parents: Collection[uuid.UUID],
     ids: Collection[uuid.UUID] | None,
+    stages: bool = False,
 ) -> Catalog:
-    """Everything a submission is checked against, in at most four queries."""
+    """Everything a submission is checked against, in at most five queries (the sites'
+    transfer locations only when a job of it ``stages`` data)."""
     result = await conn.execute(
         select(sites.c.name).where(
             sites.c.owner == owner,
@@ -76,6 +78,14 @@ async def catalog(
         )
     )
     own_sites = frozenset(result.scalars())
+    locations: dict[str, frozenset[str]] = {}
+    if own_sites and stages:
+        result = await conn.execute(
+            select(sites.c.name, sites.c.transfer_locations).where(
+                sites.c.name.in_(sorted(own_sites))
+            )
+        )
+        locations = {name: frozenset(declared or {}) for name, declared in result}
     app_map: dict[str, dict[str, AppInterface]] = {}
     if own_sites:
         result = await conn.execute(
@@ -100,7 +110,9 @@ async def catalog(
             .where(jobs.c.id == _ids("ids", ids))
         )
         existing = {row.id: Existing(row.owner, row.event_id, row.created_seq) for row in result}
-    return Catalog(sites=own_sites, apps=app_map, own_jobs=own_jobs, existing=existing)
+    return Catalog(
+        sites=own_sites, apps=app_map, own_jobs=own_jobs, existing=existing, locations=locations
+    )
 
 
 # --- jobs and events -------------------------------------------------------------------------

@@ -66,6 +66,8 @@ class Catalog:
     apps: Mapping[str, Mapping[str, AppInterface]]  # site -> app -> interface, sites with apps
     own_jobs: frozenset[uuid.UUID]  # the caller's jobs among the parents named
     existing: Mapping[uuid.UUID, Existing] = field(default_factory=dict)  # by job id
+    # site -> the transfer locations it declared (site.locations_set)
+    locations: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def actor(user: str) -> str:
@@ -129,6 +131,7 @@ def check(request: SubmitRequest, ids: Sequence[uuid.UUID], catalog: Catalog) ->
         apps = catalog.apps.get(job.site)
         if apps is not None:
             problems.extend(_check_app(index, job, apps))
+        problems.extend(_check_locations(index, job, catalog.locations.get(job.site, frozenset())))
         for p_index, parent in enumerate(job.parent_ids):
             sibling = position.get(parent)
             if (sibling is None or sibling == index) and parent not in catalog.own_jobs:
@@ -163,6 +166,23 @@ def _check_app(
         for name in sorted(app.required_slots - job.transfers.keys())
     ]
     return problems
+
+
+def _check_locations(
+    index: int, job: JobSubmission, locations: frozenset[str]
+) -> list[dict[str, Any]]:
+    """Every slot must stage through a location its site trusts (``site.locations_set``)."""
+    known = ", ".join(sorted(locations)[:20]) or "none declared"
+    return [
+        _problem(
+            index,
+            "transfers",
+            f"transfer slot {slot!r}: site {job.site!r} has no transfer location "
+            f"{spec.location!r} (its locations: {known})",
+        )  # fmt: skip
+        for slot, spec in sorted(job.transfers.items())
+        if spec.location not in locations
+    ]
 
 
 def _parent_problem(

@@ -102,6 +102,7 @@ async def submit_jobs(
             site_names=submit.named_sites(submission),
             parents=submit.outside_parents(submission, ids),
             ids=ids if submit.needs_existence_check(submission) else None,
+            stages=any(job.transfers for job in submission.jobs),
         )
     submit.check(submission, ids, catalog)
     plan = submit.build_events(submission, ids, catalog, user=user, now=now(), secret=secret)
