@@ -179,7 +179,7 @@ def _check_locations(
             "transfers",
             f"transfer slot {slot!r}: site {job.site!r} has no transfer location "
             f"{spec.location!r} (its locations: {known})",
-        )  # fmt: skip
+        )
         for slot, spec in sorted(job.transfers.items())
         if spec.location not in locations
     ]
