@@ -9,6 +9,7 @@ a real stack in ``tests/integration/test_api_jobs.py``.
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -44,6 +45,7 @@ CATALOG = Catalog(
     sites=frozenset({"alpha", "beta"}),
     apps={"alpha": {"sim": INTERFACE}},  # beta's apps are not known: nothing to check there
     own_jobs=frozenset({KNOWN_PARENT}),
+    locations={"alpha": frozenset({"beamline"}), "beta": frozenset({"beamline"})},
 )
 REMOTE = TransferSpec(location="beamline", path="/d")
 
@@ -273,7 +275,7 @@ def test_a_retry_appends_only_what_the_first_attempt_did_not() -> None:
     req = request(job(), job(), job(), key="k")
     ids = submit.job_ids(req, USER, SECRET)
     done = {ids[0]: existing(ids, 0), ids[2]: existing(ids, 2)}
-    _, planned = plan(req, Catalog(CATALOG.sites, CATALOG.apps, CATALOG.own_jobs, done))
+    _, planned = plan(req, replace(CATALOG, existing=done))
     assert planned.already == {0: done[ids[0]], 2: done[ids[2]]}
     assert [e.aggregate_id for e in planned.to_append] == [ids[1]]
 
@@ -288,11 +290,8 @@ def test_a_job_id_taken_by_another_submission_conflicts_and_nothing_is_planned(
 ) -> None:
     own = [uuid.uuid4(), uuid.uuid4()]
     req = request(job(id=own[0]), job(id=own[1]), job(), key="k")
-    catalog = Catalog(
-        CATALOG.sites,
-        CATALOG.apps,
-        CATALOG.own_jobs,
-        {own[0]: existing(own, 0, **taken), own[1]: existing(own, 1, **taken)},
+    catalog = replace(
+        CATALOG, existing={own[0]: existing(own, 0, **taken), own[1]: existing(own, 1, **taken)}
     )
     with pytest.raises(Conflict) as exc:
         plan(req, catalog)
@@ -307,7 +306,7 @@ def test_a_job_id_taken_by_another_submission_conflicts_and_nothing_is_planned(
 def test_an_unkeyed_submission_never_matches_an_existing_job() -> None:
     own = uuid.uuid4()
     existing_job = Existing(USER, uuid7(), created_seq=3)
-    catalog = Catalog(CATALOG.sites, CATALOG.apps, CATALOG.own_jobs, {own: existing_job})
+    catalog = replace(CATALOG, existing={own: existing_job})
     with pytest.raises(Conflict):
         plan(request(job(id=own)), catalog)
 
@@ -336,8 +335,20 @@ def test_a_retry_after_any_partial_append_completes_the_submission(
     ids, first = plan(req)
     landed = data.draw(st.sets(st.sampled_from(range(len(jobs)))))
     done = {ids[i]: existing(ids, i, key=key) for i in landed}
-    _, retry = plan(req, Catalog(CATALOG.sites, CATALOG.apps, CATALOG.own_jobs, done))
+    _, retry = plan(req, replace(CATALOG, existing=done))
     assert set(retry.already) == landed
     assert [e.id for e in retry.to_append] == [
         e.id for i, e in enumerate(first.to_append) if i not in landed
     ]
+
+
+def test_a_transfer_through_a_location_the_site_did_not_declare_is_refused() -> None:
+    elsewhere = TransferSpec(location="laptop", path="/d")
+    req = request(job(), job(transfers={"inputs": elsewhere}))
+    with pytest.raises(InvalidInput) as exc:
+        submit.check(req, submit.job_ids(req, "ada", b"secret"), CATALOG)
+    assert problems(exc) == [
+        (["body", "jobs", 1, "transfers"],
+         "transfer slot 'inputs': site 'alpha' has no transfer location 'laptop' "
+         "(its locations: beamline)"),
+    ]  # fmt: skip

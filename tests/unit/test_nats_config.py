@@ -100,7 +100,7 @@ def test_site_permissions_name_only_that_site() -> None:
     perms = site_permissions("alpha")
     assert set(perms) == {"publish", "subscribe"}
     assert perms["subscribe"] == {"allow": ["_INBOX_alpha.>", "evt.alpha.job.*.killed"]}
-    consumers = ["launch-alpha", "process-alpha", "sched-alpha"]
+    consumers = ["launch-alpha", "process-alpha", "sched-alpha", "xfer-alpha"]
     assert set(perms["publish"]["allow"]) == {
         *site_event_subjects("alpha"),
         "hb.alpha.*",
@@ -138,7 +138,7 @@ def test_site_event_subjects_are_the_state_machine_table() -> None:
 
 
 def test_site_consumers_and_inbox() -> None:
-    assert site_consumers("beta") == ("launch-beta", "process-beta", "sched-beta")
+    assert site_consumers("beta") == ("launch-beta", "process-beta", "sched-beta", "xfer-beta")
     assert site_inbox_prefix("beta") == "_INBOX_beta"
 
 

@@ -29,6 +29,7 @@ from lodestream.schemas.events import (
     SessionExpired,
     SessionOpened,
     SiteKeyBound,
+    SiteLocationsSet,
     SiteRegistered,
     SiteRemoved,
     TransferFailed,
@@ -55,8 +56,14 @@ from lodestream.schemas.events.session import (
     SessionExpiredData,
     SessionOpenedData,
 )
-from lodestream.schemas.events.site import SiteKeyData, SiteRegisteredData, SiteRemovedData
+from lodestream.schemas.events.site import (
+    SiteKeyData,
+    SiteLocationsData,
+    SiteRegisteredData,
+    SiteRemovedData,
+)
 from lodestream.schemas.events.xfer import (
+    TransferDoneData,
     TransferFailedData,
     TransferRequestedData,
     TransferSubmittedData,
@@ -389,32 +396,87 @@ def test_session_events_open_and_end_a_session() -> None:
     ]
 
 
+def _requested(job: uuid.UUID) -> TransferRequestedData:
+    return TransferRequestedData(
+        job_id=job, slot="inputs", direction="in", local_path="w/in",
+        remote=TransferSpec(location="beamline", path="/d"), step_id=uuid.uuid4(),
+    )  # fmt: skip
+
+
 def test_transfer_events_are_state_changes_of_one_item() -> None:
     xfer, job = uuid.uuid4(), uuid.uuid4()
-    requested = TransferRequestedData(
-        job_id=job,
-        slot="inputs",
-        direction="in",
-        local_path="in",
-        remote=TransferSpec(location="beamline", path="/d"),
-    )
+    requested = _requested(job)
     projection = fresh()
     fold(
         projection,
         [
             ev(TransferRequested, requested, actor="controller:main", aggregate=xfer),
             ev(TransferSubmitted, TransferSubmittedData(task_id="t1"), aggregate=xfer),
-            ev(TransferFailed, TransferFailedData(reason="no route"), aggregate=xfer),
-            ev(TransferSucceeded, None, aggregate=xfer),
+            ev(TransferSubmitted, TransferSubmittedData(task_id="t2", attempt=2), aggregate=xfer),
+            ev(
+                TransferSucceeded,
+                TransferDoneData(bytes_transferred=42, duration_s=1.5, attempts=2),
+                aggregate=xfer,
+            ),  # fmt: skip
         ],
     )
+    assert reasons(projection) == []
     (statement, params), *states = ops(projection)
     assert (statement, params["job_id"], params["direction"]) == ("xfer_requested", job, "in")
-    assert [(p["state"], p["task_id"], p["reason"]) for _, p in states] == [
-        ("submitted", "t1", None),
-        ("failed", None, "no route"),
-        ("succeeded", None, None),
-    ]
+    assert params["step_id"] == requested.step_id
+    assert [(p["state"], p["task_id"], p["attempts"], p["bytes_transferred"])
+            for _, p in states] == [
+        ("submitted", "t1", 1, None),
+        ("submitted", "t2", 2, None),
+        ("succeeded", None, 2, 42),
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("history", "refused"),
+    [
+        ((), TransferSucceeded),  # never submitted
+        ((TransferFailed,), TransferSucceeded),  # failed is final
+        ((TransferSubmitted, TransferSucceeded), TransferFailed),  # succeeded is final
+        ((TransferSubmitted, TransferSucceeded), TransferSubmitted),
+        ((), TransferRequested),  # requested twice
+    ],
+)
+def test_a_transfer_event_out_of_the_item_lifecycle_is_quarantined(
+    history: tuple[type[Event], ...], refused: type[Event]
+) -> None:
+    xfer = uuid.uuid4()
+    data: dict[type[Event], BaseModel] = {
+        TransferRequested: _requested(uuid.uuid4()),
+        TransferSubmitted: TransferSubmittedData(task_id="t"),
+        TransferSucceeded: TransferDoneData(),
+        TransferFailed: TransferFailedData(reason="no such file", permanent=True),
+    }
+    events = [ev(TransferRequested, data[TransferRequested], actor="controller:main",
+                 aggregate=xfer)]  # fmt: skip
+    events += [ev(cls, data[cls], aggregate=xfer) for cls in history]
+    actor = "controller:main" if refused is TransferRequested else SITE_ACTOR
+    events.append(ev(refused, data[refused], actor=actor, aggregate=xfer))
+    projection = fresh()
+    fold(projection, events)
+    [reason] = reasons(projection)
+    assert reason.startswith(f"illegal: {refused.event_type} is not allowed")  # type: ignore[attr-defined]
+
+
+def test_a_sites_transfer_locations_are_its_own_to_declare() -> None:
+    locations = SiteLocationsData(locations={"beamline": "rsync:/data"})
+    projection = fresh()
+    fold(projection, [ev(SiteLocationsSet, locations, aggregate=derived_id("site", SITE))])
+    [(statement, params)] = ops(projection)
+    assert statement == "site_locations"
+    assert json.loads(params["locations"]) == {"beamline": "rsync:/data"}
+    projection = fresh()
+    fold(projection, [ev(SiteLocationsSet, locations, actor="controller:main",
+                         aggregate=derived_id("site", SITE))])  # fmt: skip
+    assert reasons(projection) == [f"illegal: site.locations_set must come from site:{SITE}"]
+    projection = fresh()
+    fold(projection, [ev(SiteLocationsSet, locations, aggregate=uuid.uuid4())])
+    assert reasons(projection) == ["illegal: site.locations_set is not on the site's aggregate"]
 
 
 def test_heartbeats_and_their_expiry_markers_update_sessions() -> None:

@@ -53,7 +53,12 @@ from lodestream.schemas.events.session import (
     SessionExpiredData,
     SessionOpenedData,
 )
-from lodestream.schemas.events.site import SiteKeyData, SiteRegisteredData, SiteRemovedData
+from lodestream.schemas.events.site import (
+    SiteKeyData,
+    SiteLocationsData,
+    SiteRegisteredData,
+    SiteRemovedData,
+)
 from lodestream.schemas.events.xfer import (
     TransferDoneData,
     TransferFailedData,
@@ -145,6 +150,7 @@ SAMPLE_DATA: dict[str, BaseModel] = {
     "site.registered": SiteRegisteredData(name=SITE, owner="alice", public_key=NKEY_USER),
     "site.key_bound": SiteKeyData(public_key=NKEY_USER),
     "site.removed": SiteRemovedData(),
+    "site.locations_set": SiteLocationsData(locations={"beamline": "rsync://ada@127.0.0.1/d"}),
     "scaler.backlog": ScalerBacklogData(
         as_of_seq=42,
         runnable_jobs=3,
