@@ -417,7 +417,7 @@ def test_transfer_events_are_state_changes_of_one_item() -> None:
                 TransferSucceeded,
                 TransferDoneData(bytes_transferred=42, duration_s=1.5, attempts=2),
                 aggregate=xfer,
-            ),  # fmt: skip
+            ),
         ],
     )
     assert reasons(projection) == []

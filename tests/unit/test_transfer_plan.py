@@ -33,7 +33,7 @@ def test_items_are_batched_by_location_and_direction_up_to_the_batch_size() -> N
         ("laptop", "in", 1),
     ]  # fmt: skip
     # Oldest first within a group.
-    first = [b for b in made if b.location == "dtn" and b.direction == "in"][0]
+    first = next(b for b in made if b.location == "dtn" and b.direction == "in")
     assert [i.since_seq for i in first.items] == [0, 1]
 
 
