@@ -94,6 +94,7 @@ class InFlight:
     task_id: str
     location: str
     items: list[uuid.UUID]
+    submitted_mono: float = 0.0
 
 
 @dataclass(slots=True)
@@ -260,7 +261,7 @@ class TransferModule:
                     await self._fail(held, f"{batch.location}: {exc}", permanent=False)
             return
         self.stats.tasks[batch.location] = self.stats.tasks.get(batch.location, 0) + 1
-        self.inflight[task_id] = InFlight(task_id, batch.location, [])
+        self.inflight[task_id] = InFlight(task_id, batch.location, [], time.monotonic())
         for item in batch.items:
             held = self.held[item.item_id]
             if await self._submitted(held, task_id, item.attempt, len(batch.items)):
@@ -295,6 +296,8 @@ class TransferModule:
     # --- polling ----------------------------------------------------------------------------
 
     async def _poll(self, task: InFlight) -> None:
+        if time.monotonic() - task.submitted_mono < self._cfg.simulated_task_latency_s:
+            return
         problem = self.backends.problem(task.location)
         if problem is not None:  # settings changed under a resumed task
             for item in task.items:

@@ -47,3 +47,15 @@ class Square(ApplicationDefinition):
         if int(x) < 0:
             raise ValueError(f"negative input {x}")
         return {"square": int(x) ** 2}
+
+
+class Reduce(ApplicationDefinition):
+    """Reads two staged-in inputs and writes an output to stage out."""
+
+    name = "reduce"
+    command_template = "mkdir -p out && cat in/raw.txt in/calib/* > out/result.txt"
+    transfers = {
+        "raw": {"direction": "in", "local_path": "in/raw.txt", "required": True},
+        "calib": {"direction": "in", "local_path": "in/calib", "recursive": True},
+        "result": {"direction": "out", "local_path": "out/result.txt"},
+    }

@@ -1,0 +1,237 @@
+"""Issue-12 benchmark: stage-in arrival rate against the transfer batch size.
+
+    python -m bench.staging [--jobs 400] [--batch-sizes 1,4,16,64] [--latency-s 1.0]
+                            [--concurrent 2] [--out bench/out]
+
+The shape of the Balsam paper's Figure 6: how fast staged jobs arrive when every transfer
+task pays a fixed overhead (a wide-area service's submit-and-poll round trips), as a
+function of how many items go in one task. Starts an embedded stack (api, projector,
+controller); for each batch size a fresh local site whose one location is a directory of
+this machine served by the local backend, with ``transfers.simulated_task_latency_s`` as
+the per-task overhead and ``max_concurrent`` tasks in flight. Each job stages one small
+input; no pilot runs, so what is measured is the staging pipeline alone: api → controller
+(items) → site transfer module → backend → controller (``job.staged_in``) → the site's
+preprocess step → PREPROCESSED in the read model.
+
+Expected shape: the rate grows with the batch size as ``batch × concurrent / latency``
+until the rest of the pipeline (events per item, the polling interval) bounds it.
+Writes ``staging.json`` and ``staging.svg`` (the rate per batch size) under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import yaml
+
+from bench.stack import free_ports
+from lodestream.agents.site.directory import init_site_dir
+from lodestream.services.embedded import EmbeddedStack, StackInfo
+from lodestream.services.embedded.process import ServiceProcess
+
+APPS = """
+from lodestream.agents.site.apps import ApplicationDefinition
+
+
+class Ingest(ApplicationDefinition):
+    name = "ingest"
+    command_template = "/bin/true"
+    transfers = {"frame": {"direction": "in", "local_path": "frame.dat", "required": True}}
+"""
+
+
+class StagingBench:
+    def __init__(self, root: Path, *, latency_s: float, concurrent: int) -> None:
+        self.root = root
+        self.stack = EmbeddedStack(root / "state", free_ports())
+        self.latency_s = latency_s
+        self.concurrent = concurrent
+        self.info: StackInfo | None = None
+
+    def start(self) -> None:
+        self.info = self.stack.start("bench")
+        self.source = self.root / "beamline"
+        self.source.mkdir()
+        for i in range(64):
+            (self.source / f"frame-{i}.dat").write_bytes(bytes(range(256)) * 16)  # 4 KiB
+
+    def stop(self) -> None:
+        self.stack.stop()
+
+    def http(self) -> httpx.Client:
+        assert self.info is not None
+        return httpx.Client(base_url=self.info.api_url, timeout=120,
+                            headers={"Authorization": f"Bearer {self.info.token}"})  # fmt: skip
+
+    def site(self, batch_size: int) -> str:
+        """A fresh site staging through the local backend in batches of ``batch_size``."""
+        assert self.info is not None
+        name = f"stage{batch_size}"
+        site_dir = self.root / name
+        public_key = init_site_dir(
+            site_dir, name, nats_url=self.info.websocket_url, ca_file=self.info.ca_file,
+            api_url=self.info.api_url, examples=False,
+        )  # fmt: skip
+        settings = yaml.safe_load((site_dir / "settings.yml").read_text())
+        settings["transfers"] = {
+            "locations": {"beamline": f"local:{self.source}"},
+            "batch_size": batch_size, "max_concurrent": self.concurrent,
+            "poll_interval_s": 0.1, "simulated_task_latency_s": self.latency_s,
+        }  # fmt: skip
+        (site_dir / "settings.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
+        (site_dir / "apps" / "bench.py").write_text(APPS)
+        with self.http() as http:
+            http.post("/sites", params={"wait": True},
+                      json={"name": name, "public_key": public_key}).raise_for_status()  # fmt: skip
+        self.stack.supervise_once()
+        agent = ServiceProcess(
+            f"agent-{name}",
+            [sys.executable, "-m", "lodestream.client.cli.main", "site", "start", str(site_dir)],
+            {}, self.root / f"agent-{name}.log",
+        )  # fmt: skip
+        agent.start()
+        self.stack.services.append(agent)
+        self._wait_ready(name)
+        return name
+
+    def _wait_ready(self, site: str) -> None:
+        """The app is registered and the locations declared: a submission can be checked."""
+        assert self.info is not None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with psycopg.connect(self.info.database_url) as conn:
+                row = conn.execute(
+                    "SELECT s.transfer_locations, count(a.name) FROM rm.sites s "
+                    "LEFT JOIN rm.apps a ON a.site = s.name WHERE s.name = %s "
+                    "GROUP BY s.transfer_locations", (site,),
+                ).fetchone()  # fmt: skip
+            if row and row[0] and row[1]:
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"site {site} did not come up; see its agent's log")
+
+    def run(self, site: str, jobs: int) -> dict[str, Any]:
+        body = [
+            {"site": site, "app": "ingest", "workdir": f"j{i}",
+             "transfers": {"frame": {"location": "beamline", "path": f"/frame-{i % 64}.dat"}}}
+            for i in range(jobs)
+        ]  # fmt: skip
+        started = time.perf_counter()
+        with self.http() as http:
+            http.post("/jobs", json={"jobs": body}).raise_for_status()
+        deadline = time.monotonic() + max(600.0, jobs * 5 * self.latency_s)
+        while (done := self._count(site)) < jobs and time.monotonic() < deadline:
+            time.sleep(0.2)
+        seconds = time.perf_counter() - started
+        arrivals = self._arrivals(site)
+        span = (arrivals[-1] - arrivals[0]).total_seconds() if len(arrivals) > 1 else 0.0
+        return {
+            "jobs": jobs, "staged": done, "seconds": round(seconds, 2),
+            "rate_per_s": round(done / seconds, 2) if seconds else 0.0,
+            # The arrival rate once staging runs (first to last job.staged_in), as in Fig. 6.
+            "arrival_rate_per_s": round((len(arrivals) - 1) / span, 2) if span else 0.0,
+            "tasks": self._tasks(site),
+        }  # fmt: skip
+
+    def _count(self, site: str) -> int:
+        assert self.info is not None
+        with psycopg.connect(self.info.database_url) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM rm.jobs WHERE site = %s AND state = 'PREPROCESSED'", (site,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _arrivals(self, site: str) -> list[datetime]:
+        assert self.info is not None
+        with psycopg.connect(self.info.database_url) as conn:
+            rows = conn.execute(
+                "SELECT occurred_at FROM rm.job_events WHERE site = %s AND type = 'job.staged_in' "
+                "ORDER BY occurred_at", (site,),
+            ).fetchall()  # fmt: skip
+        return [row[0] for row in rows]
+
+    def _tasks(self, site: str) -> int:
+        assert self.info is not None
+        with psycopg.connect(self.info.database_url) as conn:
+            row = conn.execute(
+                "SELECT count(DISTINCT task_id) FROM rm.transfer_items WHERE site = %s", (site,)
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+
+def svg(results: dict[int, dict[str, Any]], latency_s: float, concurrent: int) -> str:
+    """A plain bar chart of the arrival rate per batch size (no plotting library needed)."""
+    width, height, pad = 560, 320, 50
+    sizes = sorted(results)
+    top = max((r["arrival_rate_per_s"] for r in results.values()), default=1.0) or 1.0
+    bar = (width - 2 * pad) / max(len(sizes), 1)
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        'font-family="sans-serif" font-size="12">',
+        f'<text x="{width / 2}" y="20" text-anchor="middle">stage-in arrival rate (jobs/s), '
+        f"{latency_s:g} s per task, {concurrent} tasks in flight</text>",
+        f'<line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" '
+        'stroke="black"/>',
+    ]
+    for i, size in enumerate(sizes):
+        rate = results[size]["arrival_rate_per_s"]
+        h = (height - 2 * pad) * rate / top
+        x = pad + i * bar + bar * 0.15
+        parts += [
+            f'<rect x="{x:.1f}" y="{height - pad - h:.1f}" width="{bar * 0.7:.1f}" '
+            f'height="{h:.1f}" fill="#4a7ab5"/>',
+            f'<text x="{x + bar * 0.35:.1f}" y="{height - pad - h - 4:.1f}" '
+            f'text-anchor="middle">{rate:g}</text>',
+            f'<text x="{x + bar * 0.35:.1f}" y="{height - pad + 16}" '
+            f'text-anchor="middle">batch {size}</text>',
+        ]
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=400)
+    parser.add_argument("--batch-sizes", default="1,4,16,64")
+    parser.add_argument("--latency-s", type=float, default=1.0)
+    parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    args = parser.parse_args(argv)
+    sizes = [int(s) for s in args.batch_sizes.split(",")]
+    results: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="lode-bench-staging-") as tmp:
+        bench = StagingBench(Path(tmp), latency_s=args.latency_s, concurrent=args.concurrent)
+        bench.start()
+        try:
+            for size in sizes:
+                results[size] = bench.run(bench.site(size), args.jobs)
+                print(f"batch {size:>4}: {results[size]}", flush=True)
+        finally:
+            bench.stop()
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "staging.json").write_text(json.dumps(
+        {"latency_s": args.latency_s, "concurrent": args.concurrent, "results": results},
+        indent=2,
+    ))  # fmt: skip
+    (args.out / "staging.svg").write_text(svg(results, args.latency_s, args.concurrent))
+    print("\n| batch size | tasks | staged jobs/s (first → last) | end to end jobs/s |")
+    print("|---|---|---|---|")
+    for size in sizes:
+        r = results[size]
+        print(f"| {size} | {r['tasks']} | {r['arrival_rate_per_s']} | {r['rate_per_s']} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
