@@ -13,7 +13,7 @@ input; no pilot runs, so what is measured is the staging pipeline alone: api →
 (items) → site transfer module → backend → controller (``job.staged_in``) → the site's
 preprocess step → PREPROCESSED in the read model.
 
-Expected shape: the rate grows with the batch size as ``batch × concurrent / latency``
+Expected shape: the rate grows with the batch size as ``batch * concurrent / latency``
 until the rest of the pipeline (events per item, the polling interval) bounds it.
 Writes ``staging.json`` and ``staging.svg`` (the rate per batch size) under ``--out``.
 """

@@ -321,20 +321,22 @@ class TransferModule:
                         task.task_id, missing, status.detail or "no detail")  # fmt: skip
         for item_id in task.items:
             held = self.held.get(item_id)
-            if held is None:
-                continue
-            result = status.items.get(str(item_id))
-            if result is None:
-                await self._retry(held, f"task {task.task_id}: {status.detail or 'no outcome'}")
-                continue
-            decision = plan.outcome(result, attempt=held.view.attempt,
-                                    retry_budget=self._cfg.retry_budget)  # fmt: skip
-            if decision.verdict == "succeeded":
-                await self._succeed(held, result.bytes_transferred)
-            elif decision.verdict == "retry":
-                await self._retry(held, decision.reason)
-            else:
-                await self._fail(held, decision.reason, permanent=decision.permanent)
+            if held is not None:
+                await self._settle_item(held, status)
+
+    async def _settle_item(self, held: Held, status: TaskStatus) -> None:
+        result = status.items.get(str(held.view.id))
+        if result is None:
+            await self._retry(held, f"task {status.task_id}: {status.detail or 'no outcome'}")
+            return
+        decision = plan.outcome(result, attempt=held.view.attempt,
+                                retry_budget=self._cfg.retry_budget)  # fmt: skip
+        if decision.verdict == "succeeded":
+            await self._succeed(held, result.bytes_transferred)
+        elif decision.verdict == "retry":
+            await self._retry(held, decision.reason)
+        else:
+            await self._fail(held, decision.reason, permanent=decision.permanent)
 
     async def _retry(self, held: Held, reason: str) -> None:
         if held.view.attempt > self._cfg.retry_budget:
