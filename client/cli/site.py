@@ -1,4 +1,4 @@
-"""``lode site init|start|stop|rm|ls`` and ``lode launcher``."""
+"""``lode site init|start|stop|rm|ls|globus-login`` and ``lode launcher``."""
 
 from __future__ import annotations
 
@@ -149,6 +149,62 @@ def site_rm(name: str, state_dir: Path = STATE_DIR_OPTION) -> None:
     with api_client(state_dir) as client:
         client.remove_site(name)
     console.print(f"site {name} removed")
+
+
+@site_app.command("globus-login")
+def site_globus_login(
+    directory: Path = typer.Argument(..., help="Site directory; the tokens are kept in it."),
+    client_id: str | None = typer.Option(
+        None,
+        "--client-id",
+        envvar="LODE_GLOBUS_CLIENT_ID",
+        help="Client id of your Globus native app (register one at app.globus.org).",
+    ),
+    collections: list[str] = typer.Option(
+        [],
+        "--collection",
+        help="A GCS v5 mapped collection this site stages through (data_access consent); "
+        "repeat for each.",
+    ),
+) -> None:
+    """Log this site in to Globus; its refresh token goes to <site>/globus-tokens.json (0600)."""
+    from globus_sdk import GlobusAPIError, NetworkError  # noqa: PLC0415
+
+    from lodestream.agents.site.settings import SETTINGS_FILE  # noqa: PLC0415
+    from lodestream.platform_adapters.transfers.base import ConsentRequired  # noqa: PLC0415
+    from lodestream.platform_adapters.transfers.globus_errors import globus_words  # noqa: PLC0415
+    from lodestream.platform_adapters.transfers.globus_login import (  # noqa: PLC0415
+        PLACEHOLDER_CLIENT_ID,
+        check_client_id,
+        check_collection_ids,
+        login,
+        token_path,
+    )
+
+    # Errors go through print_error, not BadParameter's box: they carry paths and a URL that
+    # must stay copyable.
+    if not (directory / SETTINGS_FILE).is_file():
+        print_error(f"{directory} is not a site directory (no {SETTINGS_FILE})")
+        raise typer.Exit(2)
+    try:
+        client_id = check_client_id(client_id or PLACEHOLDER_CLIENT_ID)
+        collections = check_collection_ids(collections)
+    except ValueError as exc:
+        print_error(exc)
+        raise typer.Exit(2) from exc
+
+    def ask_code(url: str) -> str:
+        console.print("Open this URL, log in to Globus and consent:", highlight=False)
+        console.out(url, highlight=False)  # printed bare, so it stays one copyable line
+        return str(typer.prompt("Paste the authorization code here"))
+
+    try:
+        login(directory, client_id=client_id, collections=collections, ask_code=ask_code)
+    except (GlobusAPIError, NetworkError, ConsentRequired, ValueError) as exc:
+        words = globus_words(exc) if isinstance(exc, GlobusAPIError) else str(exc)
+        print_error(f"Globus login failed: {words}")
+        raise typer.Exit(1) from exc
+    console.print(f"Globus tokens stored in {token_path(directory)}", soft_wrap=True)
 
 
 def launcher(
