@@ -201,6 +201,8 @@ class TransferSettings(_Strict):
     globus_collection: str = ""  # this site's own Globus collection (endpoint) id
     globus_client_id: str = ""  # the native app registered for `lode site globus-login`
     globus_sync_level: Literal["exists", "size", "mtime", "checksum"] = "mtime"
+    # The directory of this machine that the site's collection shows as "/".
+    globus_site_root: str = Field("/", pattern=r"^/[^\x00-\x1f]*$")
     # For measurements (bench/staging.py): no task is taken as done sooner than this after
     # its submission, as if every task paid a wide-area service's fixed overhead. 0 in use.
     simulated_task_latency_s: float = Field(0.0, ge=0, le=3600)

@@ -31,35 +31,32 @@ from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 
-GLOBUS_TOKENS = "globus-tokens.json"  # written by `lode site globus-login`, mode 0600
-
 BackendBuilder = Callable[[str, str, SiteSettings], TransferBackend]
 """(location name, its URL, the site's settings) → the backend that moves data there."""
 
 
 def default_builder(name: str, url: str, settings: SiteSettings) -> TransferBackend:
     """The backend of ``url``'s scheme, with the options of ``settings`` that it takes."""
+    cfg = settings.transfers
+    if url.startswith("globus:"):
+        # One client for the site's stored tokens; the remote collection comes with each batch.
+        from lodestream.platform_adapters.transfers.globus import GlobusBackend  # noqa: PLC0415
+
+        return GlobusBackend.from_site_tokens(
+            settings.directory, client_id=cfg.globus_client_id,
+            site_collection=cfg.globus_collection, sync_level=cfg.globus_sync_level,
+            site_root=cfg.globus_site_root,
+        )  # fmt: skip
     from lodestream.platform_adapters.transfers.registry import backend_for  # noqa: PLC0415
 
-    return backend_for(url, **backend_options(name, url, settings))
-
-
-def backend_options(name: str, url: str, settings: SiteSettings) -> dict[str, Any]:
-    cfg = settings.transfers
     # Each location keeps its own task records: a task id is one backend's to answer for.
     state_dir = settings.site_path(cfg.state_dir) / name
-    scheme = url.partition(":")[0]
-    if scheme == "local":
-        return {"state_dir": state_dir, "link": cfg.link}
-    if scheme == "rsync":
+    if url.startswith("rsync:"):
         identity = settings.site_path(cfg.ssh_identity) if cfg.ssh_identity else None
-        return {"state_dir": state_dir, "identity_file": identity, "ssh_options": cfg.ssh_options}
-    if scheme == "globus":
-        return {
-            "site_collection": cfg.globus_collection, "client_id": cfg.globus_client_id,
-            "sync_level": cfg.globus_sync_level, "token_file": settings.directory / GLOBUS_TOKENS,
-        }  # fmt: skip
-    return {}
+        return backend_for(
+            url, state_dir=state_dir, identity_file=identity, ssh_options=cfg.ssh_options
+        )
+    return backend_for(url, state_dir=state_dir, link=cfg.link)
 
 
 class Backends:
