@@ -88,7 +88,7 @@ async def items(dsn: str, job: uuid.UUID) -> list[tuple[str, str, str, int, int 
             "FROM rm.transfer_items WHERE job_id = %s ORDER BY direction, slot",
             (job,),
         )
-        return [tuple(row) for row in await cursor.fetchall()]  # type: ignore[misc]
+        return [tuple(row) for row in await cursor.fetchall()]
 
 
 async def event_types(dsn: str, job: uuid.UUID) -> list[str]:
