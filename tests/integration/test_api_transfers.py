@@ -147,9 +147,7 @@ async def test_the_job_list_is_unchanged(api: ApiHarness, staged: Staged) -> Non
 # --- GET /sites/{name}/transfers --------------------------------------------------------------
 
 
-async def test_a_site_lists_what_is_in_flight_newest_first(
-    api: ApiHarness, staged: Staged
-) -> None:
+async def test_a_site_lists_what_is_in_flight_newest_first(api: ApiHarness, staged: Staged) -> None:
     items = await site_transfers(api)
 
     assert [i["id"] for i in items] == [
