@@ -35,11 +35,14 @@ from schemathesis.specs.openapi.formats import unregister_string_format
 from sqlalchemy import Engine, text
 
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.events.xfer import TransferSubmittedData
+from lodestream.schemas.ids import uuid7
 from lodestream.schemas.nkey import USER_PUBLIC_KEY_FORMAT
 from lodestream.schemas.resources import App, AppParameter
 from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.api import ApiHarness
 from tests.fixtures.ports import free_port
+from tests.support.staging import report, request
 
 Case = schemathesis.Case[Any]
 Operation = schemathesis.APIOperation[Any, Any, Any, Any]
@@ -82,13 +85,18 @@ class World:
 
 
 async def own(api: ApiHarness, name: str, site: str, **job: Any) -> Owner:
-    """A user with a site, an app ``sim`` there and one job of it, all projected."""
+    """A user with a site, an app ``sim`` there and one job of it with a transfer item in
+    flight, all projected."""
     await api.register_site(name, site)
     await api.register_app(App(site=site, name="sim", parameters={"n": AppParameter()}))
     spec = {"site": site, "app": "sim", "workdir": f"{name}/1", "parameters": {"n": "1"}, **job}
     response = await api.submit(name, [spec])
     assert response.status_code == 201, response.text
-    return Owner(name, site, response.json()["jobs"][0]["id"], api.user(name))
+    job_id = response.json()["jobs"][0]["id"]
+    remote = {"location": "archive", "path": f"/{name}/in"}
+    item = await request(api.js, site, job_id, "input", "in", remote, uuid7())
+    await api.wait_projected(await report(api.js, item, TransferSubmittedData(task_id="t-1")))
+    return Owner(name, site, job_id, api.user(name))
 
 
 @pytest.fixture
@@ -141,6 +149,20 @@ async def test_bob_lists_only_his_apps(api: ApiHarness, world: World) -> None:
 
     assert [(a["site"], a["name"]) for a in every.json()] == [(world.bob.site, "sim")]
     assert theirs.status_code == 404
+
+
+async def test_bob_sees_only_his_transfers(api: ApiHarness, world: World) -> None:
+    bobs = f"/sites/{world.bob.site}/transfers"
+    mine = await api.client.get(bobs, headers=world.bob.headers)
+    theirs = await api.client.get(f"/sites/{world.alice.site}/transfers", headers=world.bob.headers)
+    job = await api.client.get(f"/jobs/{world.bob.job}", headers=world.bob.headers)
+
+    assert [i["job_id"] for i in mine.json()] == [world.bob.job]
+    assert [i["job_id"] for i in job.json()["transfer_items"]] == [world.bob.job]
+    assert theirs.status_code == 404
+    other = await api.client.get(bobs, params={"job_id": world.alice.job, "state": "submitted"},
+                                 headers=world.bob.headers)  # fmt: skip
+    assert other.json() == []
 
 
 @pytest.mark.parametrize(
