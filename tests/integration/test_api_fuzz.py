@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -20,7 +20,6 @@ import hypothesis
 import nkeys
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
@@ -40,8 +39,7 @@ from lodestream.schemas.ids import uuid7
 from lodestream.schemas.nkey import USER_PUBLIC_KEY_FORMAT
 from lodestream.schemas.resources import App, AppParameter
 from lodestream.schemas.subjects import EVENTS_STREAM
-from tests.fixtures.api import ApiHarness
-from tests.fixtures.ports import free_port
+from tests.fixtures.api import ApiHarness, served
 from tests.support.staging import report, request
 
 Case = schemathesis.Case[Any]
@@ -66,7 +64,6 @@ CHECKS: Final = [
     response_schema_conformance,
 ]
 MAX_EXAMPLES: Final = 25  # per operation and flavour of path parameters: CI-sized
-SERVER_START_S: Final = 10.0
 ALICE_MARKER: Final = "alice-private-7f3a"  # in alice's job: must never reach bob
 
 
@@ -189,25 +186,6 @@ async def test_bob_cannot_change_alices_things(
 
 
 # --- fuzzing ----------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def served(api: ApiHarness) -> AsyncIterator[str]:
-    """The harness's app (lifespan already entered) over HTTP on a free loopback port."""
-    port = free_port()
-    config = uvicorn.Config(
-        api.app, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(), name="uvicorn")
-    try:
-        async with asyncio.timeout(SERVER_START_S):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @contextlib.contextmanager

@@ -7,70 +7,20 @@ again, so it has items of two stage-in steps and one stage-out step.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from lodestream.schemas.events.xfer import (
-    TransferDoneData,
-    TransferFailedData,
-    TransferSubmittedData,
-)
-from lodestream.schemas.ids import uuid7
-from lodestream.schemas.resources import App, AppTransferSlot
+from lodestream.schemas.resources import App
 from tests.fixtures.api import ApiHarness
-from tests.support.staging import Item, declare_locations, report, request
-
-SITE = "theta"
-LOCATIONS = {"archive": "globus:5f2c-collection", "dtn": "rsync:dtn.example.org:/scratch"}
-INPUT = {"location": "archive", "path": "/data/in.h5"}
-PARAMS = {"location": "dtn", "path": "/cfg/[run 1].json"}  # '[' is no markup to anyone
-RESULTS = {"location": "archive", "path": "/results/run1", "recursive": True}
-
-
-@dataclass(frozen=True)
-class Staged:
-    job: str
-    first_input: Item
-    first_params: Item
-    input: Item
-    params: Item
-    results: Item
-
-
-async def staged_job(api: ApiHarness, user: str = "alice", site: str = SITE) -> Staged:
-    """A job of ``user`` at ``site`` whose stage-in failed once and is in flight again."""
-    await api.register_site(user, site)
-    await api.wait_projected(await declare_locations(api.js, site, LOCATIONS))
-    slots = {
-        "input": AppTransferSlot(direction="in", local_path="in.h5"),
-        "params": AppTransferSlot(direction="in", local_path="params.json"),
-        "results": AppTransferSlot(direction="out", local_path="out", recursive=True),
-    }
-    await api.register_app(App(site=site, name="sim", transfers=slots))
-    spec = {"site": site, "app": "sim", "workdir": "runs/1",
-            "transfers": {"input": INPUT, "params": PARAMS, "results": RESULTS}}  # fmt: skip
-    response = await api.submit(user, [spec])
-    assert response.status_code == 201, response.text
-    job = response.json()["jobs"][0]["id"]
-
-    first = uuid7()  # job.ready: the first stage-in step
-    first_input = await request(api.js, site, job, "input", "in", INPUT, first)
-    first_params = await request(api.js, site, job, "params", "in", PARAMS, first)
-    await report(api.js, first_input, TransferSubmittedData(task_id="task-1", items_in_task=2))
-    await report(api.js, first_params, TransferSubmittedData(task_id="task-1", items_in_task=2))
-    await report(api.js, first_params, TransferDoneData(bytes_transferred=2048, duration_s=1.5))
-    await report(api.js, first_input, TransferFailedData(reason="no such file", permanent=True))
-
-    again = uuid7()  # job.reset: staged again, with new items
-    params = await request(api.js, site, job, "params", "in", PARAMS, again)
-    input_ = await request(api.js, site, job, "input", "in", INPUT, again)
-    await report(api.js, input_, TransferSubmittedData(task_id="task-2"))
-    await report(api.js, input_, TransferSubmittedData(task_id="task-3", attempt=2))
-    results = await request(api.js, site, job, "results", "out", RESULTS, uuid7())
-    await api.wait_projected(results.seq)
-    return Staged(job, first_input, first_params, input_, params, results)
+from tests.support.staging import (
+    INPUT,
+    LOCATIONS,
+    SITE,
+    Staged,
+    declare_locations,
+    staged_job,
+)
 
 
 @pytest.fixture
