@@ -1,4 +1,4 @@
-"""``lode site init|start|stop|rm|ls|transfers`` and ``lode launcher``."""
+"""``lode site init|start|stop|rm|ls`` and ``lode launcher``."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from lodestream.client.cli.common import (
     err_console,
     print_error,
 )
-from lodestream.client.cli.transfers import transfers_table
 from lodestream.client.errors import ApiError
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
@@ -144,32 +143,6 @@ def site_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
         table.add_row(site["name"], site.get("description", ""), locations,
                       str(site.get("created_at", "")))  # fmt: skip
     console.print(table)
-
-
-@site_app.command("transfers")
-def site_transfers(
-    name: str = typer.Argument(..., help="Site name."),
-    state: list[str] = typer.Option(
-        [], help="pending, submitted, succeeded or failed (repeatable); default: in flight."
-    ),
-    direction: str | None = typer.Option(None, help="in (stage-in) or out (stage-out)."),
-    job: str | None = typer.Option(None, "--job", help="Only this job's items, every step's."),
-    limit: int = typer.Option(100, min=1, max=1000),
-    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON array."),
-    state_dir: Path = STATE_DIR_OPTION,
-) -> None:
-    """List a site's transfer items, most recently changed first: those in flight by default."""
-    with api_client(state_dir) as client:
-        items = client.site_transfers(
-            name, state=state, direction=direction, job_id=job, limit=limit
-        )
-    if as_json:
-        typer.echo(json.dumps(items))
-    elif not items:
-        what = "transfer items match" if state or job else "transfers are in flight"
-        console.print(f"no {what} at {name}", highlight=False)
-    else:
-        console.print(transfers_table(items, with_job=True))
 
 
 @site_app.command("rm")

@@ -1,12 +1,18 @@
-"""How the CLI shows transfer items (``lode job show``, ``lode site transfers``)."""
+"""``lode site transfers``, and how the CLI shows transfer items (there and in ``lode job
+show``)."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, Final
 
+import typer
 from rich.table import Table
 from rich.text import Text
+
+from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console
 
 BYTE_UNITS: Final = ("B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB")
 STATE_STYLES: Final = {"failed": "red", "succeeded": "green", "submitted": "cyan"}
@@ -68,3 +74,28 @@ def transfers_table(items: Iterable[dict[str, Any]], *, with_job: bool = False) 
             cells = [item["job_id"], *cells, str(item["updated_at"])]
         table.add_row(*cells)
     return table
+
+
+def site_transfers(
+    name: str = typer.Argument(..., help="Site name."),
+    state: list[str] = typer.Option(
+        [], help="pending, submitted, succeeded or failed (repeatable); default: in flight."
+    ),
+    direction: str | None = typer.Option(None, help="in (stage-in) or out (stage-out)."),
+    job: str | None = typer.Option(None, "--job", help="Only this job's items, every step's."),
+    limit: int = typer.Option(100, min=1, max=1000),
+    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON array."),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """List a site's transfer items, most recently changed first: those in flight by default."""
+    with api_client(state_dir) as client:
+        items = client.site_transfers(
+            name, state=state, direction=direction, job_id=job, limit=limit
+        )
+    if as_json:
+        typer.echo(json.dumps(items))
+    elif not items:
+        what = "transfer items match" if state or job else "transfers are in flight"
+        console.print(f"no {what} at {name}", highlight=False)
+    else:
+        console.print(transfers_table(items, with_job=True))
