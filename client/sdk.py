@@ -78,8 +78,32 @@ class LodeClient:
         return self._request("DELETE", f"/sites/{name}")
 
     def list_sites(self) -> list[Json]:
-        """Your sites."""
+        """Your sites, each with the transfer locations it declared."""
         return self._request_list("GET", "/sites")
+
+    def site_transfers(
+        self,
+        site: str,
+        *,
+        state: Sequence[str] = (),
+        direction: str | None = None,
+        job_id: str | None = None,
+        limit: int = 100,
+    ) -> list[Json]:
+        """The site's transfer items, most recently changed first.
+
+        Without ``state``, those in flight (pending and submitted); pass states (pending,
+        submitted, succeeded, failed) to see others. ``direction`` is ``in`` or ``out``;
+        ``job_id`` keeps one job's items, those of earlier staging steps included.
+        """
+        params: dict[str, Any] = {"limit": limit}
+        if state:
+            params["state"] = list(state)
+        if direction is not None:
+            params["direction"] = direction
+        if job_id is not None:
+            params["job_id"] = job_id
+        return self._request_list("GET", f"/sites/{site}/transfers", params=params)
 
     def list_apps(self, site: str | None = None) -> list[Json]:
         """Applications registered by your sites (optionally one site)."""
@@ -116,7 +140,8 @@ class LodeClient:
             offset = page.get("next_offset")
 
     def get_job(self, job_id: str) -> Json:
-        """One job with its current state, resources and per-stage timestamps."""
+        """One job with its current state, resources, per-stage timestamps and, in
+        ``transfer_items``, the transfer items of its newest staging step."""
         return self._request("GET", f"/jobs/{job_id}")
 
     def job_events(self, job_id: str) -> list[Json]:

@@ -11,6 +11,7 @@ import yaml
 from rich.table import Table
 
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
+from lodestream.client.cli.transfers import transfers_table
 
 job_app = typer.Typer(help="Submit, list and inspect jobs.")
 
@@ -83,11 +84,14 @@ def job_ls(
 
 @job_app.command("show")
 def job_show(job_id: str, state_dir: Path = STATE_DIR_OPTION) -> None:
-    """Show one job and its full event history."""
+    """Show one job, its transfers (the newest staging step's) and its full event history."""
     with api_client(state_dir) as client:
         job = client.get_job(job_id)
         events = client.job_events(job_id)
+    items = job.pop("transfer_items", [])  # shown as a table below
     console.print_json(json.dumps(job))
+    if items:
+        console.print(transfers_table(items))
     table = Table("seq", "type", "from", "to", "actor", "at")
     for event in events:
         table.add_row(

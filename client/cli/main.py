@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from lodestream.client.cli import jobs, queue, services, site, stack
+from lodestream.client.cli import jobs, queue, services, site, stack, transfers
 
 app = typer.Typer(
     name="lode",
@@ -18,6 +18,7 @@ app.command("migrate")(services.migrate)
 app.command("controller")(services.controller)
 app.add_typer(services.projector_app, name="projector")
 app.add_typer(services.user_app, name="user")
+site.site_app.command("transfers")(transfers.site_transfers)  # beside the other transfer views
 app.add_typer(site.site_app, name="site")
 app.command("launcher")(site.launcher)
 app.add_typer(jobs.job_app, name="job")

@@ -137,9 +137,11 @@ def site_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
     """List your sites."""
     with api_client(state_dir) as client:
         sites = client.list_sites()
-    table = Table("name", "description", "created")
+    table = Table("name", "description", "transfer locations", "created")
     for site in sites:
-        table.add_row(site["name"], site.get("description", ""), str(site.get("created_at", "")))
+        locations = ", ".join(sorted(site.get("transfer_locations") or {}))
+        table.add_row(site["name"], site.get("description", ""), locations,
+                      str(site.get("created_at", "")))  # fmt: skip
     console.print(table)
 
 

@@ -16,7 +16,16 @@ from lodestream.infra.postgres.migrate import sqlalchemy_url
 from lodestream.natsconn import connect
 from lodestream.services.api import errors
 from lodestream.services.api.deps import ApiContext
-from lodestream.services.api.routes import actions, apps, batch, events, health, jobs, sites
+from lodestream.services.api.routes import (
+    actions,
+    apps,
+    batch,
+    events,
+    health,
+    jobs,
+    sites,
+    transfers,
+)
 from lodestream.settings import Settings
 
 DB_POOL_SIZE: Final = 10
@@ -55,7 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_size=MAX_BODY_BYTES,
     )
     errors.install(app)
-    for module in (jobs, actions, sites, apps, batch, events, health):
+    for module in (jobs, actions, sites, apps, batch, transfers, events, health):
         app.include_router(module.router)
     return app
 

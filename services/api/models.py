@@ -162,6 +162,62 @@ class JobOut(BaseModel):
         return cls.model_validate(dict(row))
 
 
+class TransferItemOut(BaseModel):
+    """One transfer item: a slot of a job, moved between the site and one of its locations.
+
+    ``location``, ``remote_path`` and ``recursive`` are the job's ``transfers`` entry for the
+    slot; ``local_path`` is the slot's path at the site, relative to its data directory.
+    ``attempts`` counts submissions to the transfer backend; ``bytes_transferred`` and
+    ``duration_s`` (from the submission that succeeded to its success) are set once it has
+    succeeded, ``reason`` and ``permanent`` (retrying could not help) once it has failed.
+    ``step_id`` is the event that began the staging step the item was requested for.
+    """
+
+    id: uuid.UUID
+    job_id: uuid.UUID
+    site: str
+    slot: str
+    direction: str = Field(description="in (stage-in) or out (stage-out)")
+    location: str
+    remote_path: str
+    recursive: bool
+    local_path: str
+    state: str = Field(description="pending, submitted, succeeded or failed")
+    attempts: int
+    bytes_transferred: int | None
+    duration_s: float | None
+    reason: str | None
+    permanent: bool
+    task_id: str | None = Field(description="the transfer backend's id of the latest task")
+    step_id: uuid.UUID | None
+    requested_at: datetime | None
+    updated_at: datetime
+
+    @classmethod
+    def from_row(cls, row: RowMapping) -> TransferItemOut:
+        remote = row["remote"]
+        return cls.model_validate({
+            **dict(row),
+            "location": remote["location"],
+            "remote_path": remote["path"],
+            "recursive": remote.get("recursive", False),
+        })  # fmt: skip
+
+
+class JobDetail(JobOut):
+    """One job, as ``GET /jobs/{id}`` shows it: the fields of a listed job and its transfers.
+
+    ``transfers`` is what the job asked for (slot → location and path); ``transfer_items`` is
+    how its staging went: for each slot, the item of the newest staging step. A job reset and
+    staged again has items of several steps; the earlier ones are left out (``GET
+    /sites/{site}/transfers?job_id=…&state=…`` lists them all). Stage-in slots first, then
+    stage-out, each by slot name. Empty for a job that stages nothing or has not reached a
+    staging step yet.
+    """
+
+    transfer_items: list[TransferItemOut]
+
+
 class JobPage(BaseModel):
     items: list[JobOut]
     next_offset: int | None = Field(description="offset of the next page; null on the last page")
@@ -222,6 +278,10 @@ class SiteOut(BaseModel):
     public_key: str | None
     created_at: datetime
     removed_at: datetime | None
+    transfer_locations: dict[str, str] = Field(
+        description="the locations the site's transfer module reaches (name → URL), as the "
+        "site declared them; a job may stage only through one of them"
+    )
 
     @classmethod
     def from_row(cls, row: RowMapping) -> SiteOut:

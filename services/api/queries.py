@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any, Final, Literal
 
 from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bindparam, select
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, UUID, distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lodestream.infra.postgres.tables import (
@@ -27,6 +27,7 @@ from lodestream.infra.postgres.tables import (
     scaler_decisions,
     scalers,
     sites,
+    transfer_items,
 )
 from lodestream.services.api.submit import AppInterface, Catalog, Existing
 
@@ -254,6 +255,16 @@ async def list_sites(
     return result.mappings().all()
 
 
+async def is_own_site(conn: AsyncConnection, owner: str, name: str) -> bool:
+    """Whether ``name`` is one of the owner's live sites."""
+    result = await conn.execute(
+        select(sites.c.name).where(
+            sites.c.name == name, sites.c.owner == owner, sites.c.removed_at.is_(None)
+        )
+    )
+    return result.first() is not None
+
+
 async def site_owner(conn: AsyncConnection, name: str) -> str | None:
     result = await conn.execute(select(sites.c.owner).where(sites.c.name == name))
     owner: str | None = result.scalar_one_or_none()
@@ -321,3 +332,46 @@ async def get_batch_job(
         )
     )
     return result.mappings().one_or_none()
+
+
+# --- transfer items ---------------------------------------------------------------------------
+
+
+async def transfers_of_job(
+    conn: AsyncConnection, site: str, job_id: uuid.UUID
+) -> Sequence[RowMapping]:
+    """The item of the newest step of each of the job's slots, stage-in first, by slot
+    (index transfer_items_job). The newest step is the one requested last: a job is staged
+    again only after its earlier step has ended."""
+    items = transfer_items.c
+    query = (
+        select(transfer_items)
+        .where(items.job_id == job_id, items.site == site)
+        .ext(distinct_on(items.direction, items.slot))
+        .order_by(
+            items.direction, items.slot, items.requested_at.desc().nulls_last(),
+            items.last_seq.desc(),
+        )
+    )  # fmt: skip
+    return await _rows(conn, query)
+
+
+@dataclass(frozen=True, slots=True)
+class TransferFilter:
+    states: Sequence[str]
+    direction: str | None = None
+    job_id: uuid.UUID | None = None
+
+
+async def transfers_at_site(
+    conn: AsyncConnection, site: str, f: TransferFilter, limit: int
+) -> Sequence[RowMapping]:
+    """The site's items in ``f.states``, most recently changed first (index
+    transfer_items_site_state; transfer_items_job with a job)."""
+    items = transfer_items.c
+    query = select(transfer_items).where(items.site == site, items.state.in_(list(f.states)))
+    if f.direction is not None:
+        query = query.where(items.direction == f.direction)
+    if f.job_id is not None:
+        query = query.where(items.job_id == f.job_id)
+    return await _rows(conn, query.order_by(items.updated_at.desc(), items.id).limit(limit))

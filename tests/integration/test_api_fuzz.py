@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -20,7 +20,6 @@ import hypothesis
 import nkeys
 import pytest
 import schemathesis
-import uvicorn
 from hypothesis import HealthCheck, given
 from hypothesis import strategies as st
 from hypothesis.strategies import SearchStrategy
@@ -35,11 +34,13 @@ from schemathesis.specs.openapi.formats import unregister_string_format
 from sqlalchemy import Engine, text
 
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.events.xfer import TransferSubmittedData
+from lodestream.schemas.ids import uuid7
 from lodestream.schemas.nkey import USER_PUBLIC_KEY_FORMAT
 from lodestream.schemas.resources import App, AppParameter
 from lodestream.schemas.subjects import EVENTS_STREAM
-from tests.fixtures.api import ApiHarness
-from tests.fixtures.ports import free_port
+from tests.fixtures.api import ApiHarness, served
+from tests.support.staging import report, request
 
 Case = schemathesis.Case[Any]
 Operation = schemathesis.APIOperation[Any, Any, Any, Any]
@@ -63,7 +64,6 @@ CHECKS: Final = [
     response_schema_conformance,
 ]
 MAX_EXAMPLES: Final = 25  # per operation and flavour of path parameters: CI-sized
-SERVER_START_S: Final = 10.0
 ALICE_MARKER: Final = "alice-private-7f3a"  # in alice's job: must never reach bob
 
 
@@ -82,13 +82,18 @@ class World:
 
 
 async def own(api: ApiHarness, name: str, site: str, **job: Any) -> Owner:
-    """A user with a site, an app ``sim`` there and one job of it, all projected."""
+    """A user with a site, an app ``sim`` there and one job of it with a transfer item in
+    flight, all projected."""
     await api.register_site(name, site)
     await api.register_app(App(site=site, name="sim", parameters={"n": AppParameter()}))
     spec = {"site": site, "app": "sim", "workdir": f"{name}/1", "parameters": {"n": "1"}, **job}
     response = await api.submit(name, [spec])
     assert response.status_code == 201, response.text
-    return Owner(name, site, response.json()["jobs"][0]["id"], api.user(name))
+    job_id = response.json()["jobs"][0]["id"]
+    remote = {"location": "archive", "path": f"/{name}/in"}
+    item = await request(api.js, site, job_id, "input", "in", remote, uuid7())
+    await api.wait_projected(await report(api.js, item, TransferSubmittedData(task_id="t-1")))
+    return Owner(name, site, job_id, api.user(name))
 
 
 @pytest.fixture
@@ -143,6 +148,20 @@ async def test_bob_lists_only_his_apps(api: ApiHarness, world: World) -> None:
     assert theirs.status_code == 404
 
 
+async def test_bob_sees_only_his_transfers(api: ApiHarness, world: World) -> None:
+    bobs = f"/sites/{world.bob.site}/transfers"
+    mine = await api.client.get(bobs, headers=world.bob.headers)
+    theirs = await api.client.get(f"/sites/{world.alice.site}/transfers", headers=world.bob.headers)
+    job = await api.client.get(f"/jobs/{world.bob.job}", headers=world.bob.headers)
+
+    assert [i["job_id"] for i in mine.json()] == [world.bob.job]
+    assert [i["job_id"] for i in job.json()["transfer_items"]] == [world.bob.job]
+    assert theirs.status_code == 404
+    other = await api.client.get(bobs, params={"job_id": world.alice.job, "state": "submitted"},
+                                 headers=world.bob.headers)  # fmt: skip
+    assert other.json() == []
+
+
 @pytest.mark.parametrize(
     ("method", "path", "body"),
     [
@@ -167,25 +186,6 @@ async def test_bob_cannot_change_alices_things(
 
 
 # --- fuzzing ----------------------------------------------------------------------------------
-
-
-@contextlib.asynccontextmanager
-async def served(api: ApiHarness) -> AsyncIterator[str]:
-    """The harness's app (lifespan already entered) over HTTP on a free loopback port."""
-    port = free_port()
-    config = uvicorn.Config(
-        api.app, host="127.0.0.1", port=port, lifespan="off", log_level="warning"
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve(), name="uvicorn")
-    try:
-        async with asyncio.timeout(SERVER_START_S):
-            while not server.started:
-                await asyncio.sleep(0.01)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task
 
 
 @contextlib.contextmanager

@@ -46,6 +46,7 @@ async def attempts_by(api: Api, user: str, job: uuid.UUID) -> dict[str, httpx.Re
         "read job": await get(f"/jobs/{job}", headers=auth),
         "read events": await get(f"/jobs/{job}/events", headers=auth),
         "list apps of alpha": await get("/apps", params={"site": "alpha"}, headers=auth),
+        "list alpha's transfers": await get("/sites/alpha/transfers", headers=auth),
         "kill": await post(f"/jobs/{job}/kill", json={}, headers=auth),
         "reset": await post(f"/jobs/{job}/reset", json={}, headers=auth),
         "submit to alpha": await post(
@@ -69,6 +70,7 @@ EXPECTED = {
     "read job": {404},
     "read events": {404},
     "list apps of alpha": {404},
+    "list alpha's transfers": {404},
     "kill": {404},
     "reset": {404},
     "submit to alpha": {404},

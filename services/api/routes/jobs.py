@@ -35,12 +35,14 @@ from lodestream.services.api.models import (
     SEQ_MAX,
     TAG_FILTER_PATTERN,
     TOO_MANY_JOBS,
+    JobDetail,
     JobEventOut,
     JobOut,
     JobPage,
     SubmitRequest,
     SubmitResponse,
     SubmittedJob,
+    TransferItemOut,
     inline_schema,
 )
 
@@ -223,14 +225,18 @@ def parse_tags(raw: list[str]) -> dict[str, str]:
 
 @router.get(
     "/jobs/{job_id}",
-    response_model=JobOut,
+    response_model=JobDetail,
     responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
 )
-async def get_job(job_id: uuid.UUID, user: User, db: Db) -> JobOut:
+async def get_job(job_id: uuid.UUID, user: User, db: Db) -> JobDetail:
+    """One job, with the transfer items of its newest staging step (see ``JobDetail``)."""
     row = await queries.get_job(db, user, job_id)
     if row is None:
         raise NotFound(f"job {job_id} not found")
-    return JobOut.from_row(row)
+    items = await queries.transfers_of_job(db, row["site"], job_id)
+    return JobDetail.model_validate(
+        {**dict(row), "transfer_items": [TransferItemOut.from_row(i) for i in items]}
+    )
 
 
 @router.get(
