@@ -52,7 +52,9 @@ class BackgroundBackend(TransferBackend):
     """A backend whose tasks run in this process (see the module doc).
 
     ``state_dir`` is the site's directory for transfer state; tasks live under
-    ``state_dir/<backend name>/``. ``max_workers`` bounds how many tasks move at once.
+    ``state_dir/<backend name>/``. ``max_workers`` bounds how many tasks move at once. The
+    site calls ``close()`` when it stops: otherwise the interpreter waits at exit for the
+    pool's threads, each until its item is moved.
     """
 
     def __init__(self, state_dir: Path, *, max_workers: int = 4) -> None:

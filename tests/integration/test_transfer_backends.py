@@ -3,32 +3,15 @@ ssh to a real sshd on loopback."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from lodestream.platform_adapters.transfers.background import BackgroundBackend
-from lodestream.platform_adapters.transfers.base import TransferBackend
 from lodestream.platform_adapters.transfers.local import LocalBackend
 from lodestream.platform_adapters.transfers.rsync import RsyncBackend
-from tests.fixtures.sshd import SshServer
+from tests.fixtures.sshd import SshServer, require_rsync
 from tests.support.transfer_contract import TransferContract, TransferHarness
-
-
-def close(backend: TransferBackend) -> None:
-    assert isinstance(backend, BackgroundBackend)
-    backend.close()
-
-
-def require_rsync() -> None:
-    if shutil.which("rsync") is None:
-        message = "rsync is not installed: run `make xfer-deps` as root"
-        if os.environ.get("CI"):
-            pytest.fail(f"{message}; .ci/run should have installed it", pytrace=False)
-        pytest.skip(message)
 
 
 class TestLocalContract(TransferContract):
@@ -40,7 +23,6 @@ class TestLocalContract(TransferContract):
             remote_root=tmp_path / "remote",
             site_root=tmp_path / "site",
             make_backend=lambda: LocalBackend(url, state_dir=tmp_path / "state"),
-            close_backend=close,
         )
         yield harness
         harness.close()
@@ -56,7 +38,6 @@ class TestRsyncLocalContract(TransferContract):
             remote_root=tmp_path / "remote",
             site_root=tmp_path / "site",
             make_backend=lambda: RsyncBackend(url, state_dir=tmp_path / "state"),
-            close_backend=close,
         )
         yield harness
         harness.close()
@@ -77,7 +58,6 @@ class TestRsyncSshContract(TransferContract):
                 identity_file=server.identity_file,
                 ssh_options=server.ssh_options,
             ),
-            close_backend=close,
         )
         yield harness
         harness.close()

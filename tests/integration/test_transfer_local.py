@@ -37,7 +37,6 @@ def local_harness(
         remote_root=remote_root,
         site_root=tmp_path / "site",
         make_backend=lambda: LocalBackend(url, state_dir=tmp_path / "state", link=link),
-        close_backend=lambda backend: backend.close(),  # type: ignore[attr-defined]
     )
     try:
         yield harness

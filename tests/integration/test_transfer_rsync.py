@@ -24,8 +24,7 @@ from lodestream.platform_adapters.transfers.base import (
 )
 from lodestream.platform_adapters.transfers.rsync import PARTIAL_DIR, RsyncBackend
 from lodestream.platform_adapters.transfers.task_store import batch_to_json
-from tests.fixtures.sshd import SshServer
-from tests.integration.test_transfer_backends import require_rsync
+from tests.fixtures.sshd import SshServer, require_rsync
 from tests.support.transfer_contract import TransferHarness, write
 
 REPO: Final = Path(__file__).parents[2]
@@ -44,7 +43,6 @@ def rsync_harness(tmp_path: Path, **options: Any) -> Iterator[TransferHarness]:
         remote_root=tmp_path / "remote",
         site_root=tmp_path / "site",
         make_backend=lambda: RsyncBackend(url, state_dir=tmp_path / "state", **options),
-        close_backend=lambda backend: backend.close(),  # type: ignore[attr-defined]
     )
     try:
         yield harness

@@ -6,13 +6,15 @@ files are seen from this machine, and a test class that inherits the suite::
     class TestRsyncContract(TransferContract):
         @pytest.fixture
         def harness(self, tmp_path):
-            return TransferHarness(
+            harness = TransferHarness(
                 url=f"rsync:{tmp_path / 'remote'}",
                 remote_root=tmp_path / "remote",
                 site_root=tmp_path / "site",
                 make_backend=lambda: RsyncBackend(f"rsync:{tmp_path / 'remote'}",
                                                   state_dir=tmp_path / "state"),
             )
+            yield harness
+            harness.close()  # closes every backend object the test made
 
 Remote paths in batches are absolute paths under the location's base: the file the test
 writes at ``remote_root / "data/a.txt"`` is ``/data/a.txt`` in a batch. ``make_backend``
@@ -43,13 +45,20 @@ _POLL_S = 0.05
 _keys = itertools.count(1)
 
 
+def close_if_closable(backend: TransferBackend) -> None:
+    close = getattr(backend, "close", None)
+    if callable(close):
+        close()
+
+
 @dataclass
 class TransferHarness:
     url: str
     remote_root: Path  # the location's base, as this machine sees it
     site_root: Path  # where site-side paths (a job's workdir) live
     make_backend: Callable[[], TransferBackend]
-    close_backend: Callable[[TransferBackend], None] = lambda backend: None
+    # How a backend object is stopped once the test is done with it (``close()`` if it has one).
+    close_backend: Callable[[TransferBackend], None] = close_if_closable
     missing_words: str = "No such file or directory"  # how the backend says a source is absent
     reports_bytes: bool = True  # bytes_transferred is the size written (else it may be None)
     timeout_s: float = 30.0
@@ -256,4 +265,4 @@ class TransferContract:
         assert after.items == before.items
 
 
-__all__ = ["TransferContract", "TransferHarness", "write"]
+__all__ = ["TransferContract", "TransferHarness", "close_if_closable", "write"]
