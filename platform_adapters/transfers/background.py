@@ -141,7 +141,9 @@ class BackgroundBackend(TransferBackend):
             logger.exception("%s: task %s stopped on an error", self.name, context.task_id)
 
     def _run_held(self, context: RunContext) -> None:
-        record = self.store.load(context.task_id)  # again: the last holder may have ended it
+        record = self.store.load(context.task_id)
+        if record.final:
+            return  # its last holder ended it between our look and our taking the lock
         for item in record.pending():
             if context.stopping.is_set():
                 return

@@ -40,7 +40,7 @@ from lodestream.platform_adapters.transfers.base import (
     TransferUnavailable,
 )
 from lodestream.platform_adapters.transfers.paths import ItemPaths, base_path, item_paths
-from lodestream.platform_adapters.transfers.rsync_output import item_outcome
+from lodestream.platform_adapters.transfers.rsync_output import error_words, item_outcome
 
 PARTIAL_DIR: Final = ".lode-rsync-partial"
 _HOST = re.compile(r"^(?:[A-Za-z0-9](?:[A-Za-z0-9.-]*[A-Za-z0-9])?|[0-9A-Fa-f:.]+)$")
@@ -213,10 +213,11 @@ class RsyncBackend(BackgroundBackend):
         except OSError as exc:
             return ItemOutcome(ok=False, reason=f"rsync: cannot run {argv[0]}: {exc}")
         stdout, stderr = _communicate(proc, context)
-        if context.stopping.is_set():
-            return None
-        if context.cancelled.is_set():
-            return ItemOutcome(ok=False, reason=f"cancelled while rsync ran: {stderr.strip()}")
+        if proc.returncode != 0 and context.stopping.is_set():
+            return None  # stopped by close(): the next backend moves it again
+        if proc.returncode != 0 and context.cancelled.is_set():
+            return ItemOutcome(ok=False, reason=f"cancelled while rsync ran: {error_words(stderr)}")
+        # Done before a stop or cancel could take effect: moved, and recorded as such.
         return item_outcome(proc.returncode, stdout, stderr)
 
 
