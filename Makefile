@@ -35,6 +35,18 @@ slurm-deps: ## Install Debian's Slurm daemons and clients for the real-Slurm tes
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(SLURM_PACKAGES); \
 	fi
 
+XFER_PACKAGES := rsync openssh-server openssh-client
+
+.PHONY: xfer-deps
+xfer-deps: ## Install rsync and OpenSSH for the transfer tests (rsync over a loopback sshd, as root)
+	@if command -v rsync >/dev/null && command -v ssh >/dev/null && [ -x /usr/sbin/sshd ]; then \
+	  echo "rsync and OpenSSH are installed: $$(rsync --version | head -n 1)"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "run as root (the tests start sshd and log in as root): sudo make xfer-deps" >&2; exit 1; \
+	else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(XFER_PACKAGES); \
+	fi
+
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .

@@ -1,4 +1,4 @@
-"""Shared fixtures: real nats-server, Postgres and Slurm processes on free loopback ports."""
+"""Shared fixtures: real nats-server, Postgres, Slurm and sshd processes on free loopback ports."""
 
 pytest_plugins = [
     "tests.fixtures.ports",
@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.api",
     "tests.fixtures.slurm",
+    "tests.fixtures.sshd",
 ]
