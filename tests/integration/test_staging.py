@@ -170,3 +170,53 @@ async def test_the_site_declares_its_locations(
                     break
                 await asyncio.sleep(0.05)
     assert row[0] == {"beamline": f"local:{remote}"}
+
+
+async def submitted_tasks(dsn: str, job: uuid.UUID) -> dict[str, str]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT slot, task_id FROM rm.transfer_items WHERE job_id = %s AND state = 'submitted'",
+            (job,),
+        )
+        return {str(slot): str(task) for slot, task in await cursor.fetchall()}
+
+
+async def test_an_agent_stopped_mid_transfer_hands_it_on_and_nothing_moves_twice(
+    secure_nats: SecureNats, database_url: str, site: SiteSettings, remote: Path
+) -> None:
+    """The first agent's tasks are held in flight (a simulated per-task latency) when it
+    stops; the next agent reads the items from the log and polls the same tasks: one item per
+    slot, one submission each, the job finished."""
+    settings_file = site.directory / "settings.yml"
+    original = settings_file.read_text()
+    assert "simulated_task_latency_s: 0.0" in original
+    settings_file.write_text(original.replace("simulated_task_latency_s: 0.0",
+                                              "simulated_task_latency_s: 600.0"))  # fmt: skip
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        [job] = await submit(js, [reduce_job("r4")])
+        stop_first = asyncio.Event()
+        first = asyncio.create_task(run_site_agent(site.directory, stop=stop_first))
+        async with asyncio.timeout(60):
+            while len(tasks := await submitted_tasks(database_url, job)) < 2:
+                await asyncio.sleep(0.05)
+        stop_first.set()
+        await first
+        settings_file.write_text(original)
+        stop = asyncio.Event()
+        agent = asyncio.create_task(run_site_agent(site.directory, stop=stop))
+        pilot = asyncio.create_task(run_launcher(site.directory, wall_time_min=10, stop=stop))
+        await until_all(database_url, [job], "JOB_FINISHED", timeout_s=90)
+        stop.set()
+        await asyncio.gather(agent, pilot)
+    assert [row[:4] for row in await items(database_url, job)] == [
+        ("calib", "in", "succeeded", 1), ("raw", "in", "succeeded", 1),
+        ("result", "out", "succeeded", 1),
+    ]  # fmt: skip
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute(
+            "SELECT slot, task_id FROM rm.transfer_items WHERE job_id = %s AND direction = 'in'",
+            (job,),
+        )
+        assert {str(s): str(t) for s, t in await cursor.fetchall()} == tasks
+    assert (remote / "results" / "r4.txt").read_text() == "raw-frame\ncalib-a\ncalib-b\n"

@@ -90,6 +90,13 @@ class Backends:
         """The location's backend; call :meth:`problem` first."""
         return self._built[location]
 
+    def close(self) -> None:
+        """Stop the backends' worker threads; a copy cut short resumes at the next start."""
+        for backend in self._built.values():
+            close = getattr(backend, "close", None)
+            if callable(close):
+                close(wait=False)
+
 
 async def declare_locations(js: Any, settings: SiteSettings) -> bool:
     """Append the site's transfer locations unless the log's newest set is the same; True if

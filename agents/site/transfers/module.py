@@ -154,6 +154,7 @@ class TransferModule:
         finally:
             for held in self.held.values():
                 await _settle(held.msg.nak())
+            await asyncio.to_thread(self.backends.close)
             with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
             log.info("transfers stop: %s", self.stats)
