@@ -75,6 +75,7 @@ async def running_site(
             asyncio.create_task(run_launcher(site.directory, wall_time_min=10, stop=stop)),
         ]
         try:
+            await app_known(database_url, "reduce")
             yield js
         finally:
             stop.set()
@@ -172,6 +173,18 @@ async def test_the_site_declares_its_locations(
     assert row[0] == {"beamline": f"local:{remote}"}
 
 
+async def app_known(dsn: str, app: str) -> None:
+    async with asyncio.timeout(60):
+        while True:
+            async with await psycopg.AsyncConnection.connect(dsn) as conn:
+                cursor = await conn.execute(
+                    "SELECT 1 FROM rm.apps WHERE site = %s AND name = %s", (SITE, app)
+                )
+                if await cursor.fetchone():
+                    return
+            await asyncio.sleep(0.05)
+
+
 async def submitted_tasks(dsn: str, job: uuid.UUID) -> dict[str, str]:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         cursor = await conn.execute(
@@ -194,9 +207,10 @@ async def test_an_agent_stopped_mid_transfer_hands_it_on_and_nothing_moves_twice
                                               "simulated_task_latency_s: 600.0"))  # fmt: skip
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
-        [job] = await submit(js, [reduce_job("r4")])
         stop_first = asyncio.Event()
         first = asyncio.create_task(run_site_agent(site.directory, stop=stop_first))
+        await app_known(database_url, "reduce")  # else the job is created without its steps
+        [job] = await submit(js, [reduce_job("r4")])
         async with asyncio.timeout(60):
             while len(tasks := await submitted_tasks(database_url, job)) < 2:
                 await asyncio.sleep(0.05)
