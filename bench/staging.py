@@ -211,6 +211,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="lode-bench-staging-") as tmp:
+        Path(tmp).chmod(0o711)  # Postgres runs as its own account when we are root
         bench = StagingBench(Path(tmp), latency_s=args.latency_s, concurrent=args.concurrent)
         bench.start()
         try:
