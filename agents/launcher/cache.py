@@ -18,7 +18,7 @@ copy as it would with no cache. A cache never fails a job.
 
 The pilot process fills every node's cache itself, so each cache directory must be writable
 from where the pilot runs: true of the ``local`` machine's virtual nodes and of a one-node
-pilot; ``plan.cache_nodes`` turns the cache off elsewhere. A cache lives as long as its pilot
+pilot; ``diffusion.caches_reachable`` turns the cache off elsewhere. A cache lives as long as its pilot
 session and is removed when the pilot exits (node-local disks are the next job's).
 """
 
@@ -103,14 +103,21 @@ class NodeCache:
         self._index = LruIndex(capacity)
         self._lock = threading.Lock()
         self._held: dict[str, tuple[list[str], list[Path]]] = {}  # job -> (pins, links)
+        # What it holds, replaced whole under the lock and read without it: the event loop
+        # asks on every delivery and must not wait for a copy in progress.
+        self._sources: tuple[str, ...] = ()
+        self._source_set: frozenset[str] = frozenset()
 
     @property
     def total_bytes(self) -> int:
         return self._index.total_bytes
 
-    def sources(self, limit: int = DIGEST_SOURCES) -> tuple[str, ...]:
-        with self._lock:
-            return self._index.sources(limit)
+    def sources(self) -> tuple[str, ...]:
+        """The sources held, most recently used first (at most ``DIGEST_SOURCES``)."""
+        return self._sources
+
+    def holds(self, wanted: frozenset[str]) -> int:
+        return len(wanted & self._source_set)
 
     def provide(self, job: str, inputs: Sequence[CachedInput]) -> CacheUse:
         """Offer each of ``inputs`` to ``job`` from this node's cache (see the module)."""
@@ -133,6 +140,8 @@ class NodeCache:
                     bypassed += 1
                     continue
                 self._index.pin(key)
+                self._sources = self._index.sources(DIGEST_SOURCES)
+                self._source_set = frozenset(self._index.sources(len(self._index)))
             pins.append(key)
             if hit:
                 hits += 1
@@ -202,21 +211,20 @@ class PilotCache:
 
     def holders(self, wanted: frozenset[str]) -> list[str]:
         """Nodes holding any of ``wanted``, those holding most first (ties in node order)."""
-        held = {n: len(wanted.intersection(c.sources())) for n, c in self.nodes.items()}
+        held = {n: c.holds(wanted) for n, c in self.nodes.items()}
         return sorted((n for n, k in held.items() if k), key=lambda n: -held[n])
 
     def held(self, wanted: frozenset[str]) -> int:
         """How many of ``wanted`` the best node of this pilot holds."""
-        return max((len(wanted.intersection(c.sources())) for c in self.nodes.values()),
-                   default=0)  # fmt: skip
+        return max((c.holds(wanted) for c in self.nodes.values()), default=0)
 
-    def digest(self, limit: int = DIGEST_SOURCES) -> tuple[str, ...]:
+    def digest(self) -> tuple[str, ...]:
         """The sources this pilot's nodes hold, for its heartbeat: most recent first."""
         out: dict[str, None] = {}
         for cache in self.nodes.values():
-            for source in cache.sources(limit):
+            for source in cache.sources():
                 out.setdefault(source, None)
-        return tuple(out)[:limit]
+        return tuple(out)[:DIGEST_SOURCES]
 
     def close(self) -> None:
         shutil.rmtree(self.root, ignore_errors=True)

@@ -60,7 +60,7 @@ class StartedData(EventData):
     attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
-class CacheUse(EventData):
+class CacheUseData(EventData):
     """What the job's cacheable inputs cost at its node's cache (agents/launcher/cache.py).
 
     ``hits``: inputs the node held already; ``misses``: inputs copied into its cache
@@ -84,7 +84,7 @@ class RunResultData(EventData):
     cause: tuple[str, ...] = ()
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
     attempt: int = Field(1, ge=1, le=INT32_MAX)
-    cache: CacheUse | None = None  # set when the app has cacheable inputs and the pilot a cache
+    cache: CacheUseData | None = None  # set when the app has cacheable inputs and the pilot a cache
 
     @field_validator("result")
     @classmethod
