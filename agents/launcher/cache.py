@@ -18,8 +18,9 @@ copy as it would with no cache. A cache never fails a job.
 
 The pilot process fills every node's cache itself, so each cache directory must be writable
 from where the pilot runs: true of the ``local`` machine's virtual nodes and of a one-node
-pilot; ``diffusion.caches_reachable`` turns the cache off elsewhere. A cache lives as long as its pilot
-session and is removed when the pilot exits (node-local disks are the next job's).
+pilot; ``diffusion.caches_reachable`` turns the cache off elsewhere. A cache lives as long
+as its pilot session and is removed when the pilot exits (node-local disks are the next
+job's).
 """
 
 from __future__ import annotations
