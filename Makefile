@@ -84,8 +84,8 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-.PHONY: bench bench-spine bench-lifecycle bench-staging
-bench: bench-spine bench-lifecycle bench-staging ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion
+bench: bench-spine bench-lifecycle bench-staging bench-diffusion ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
 
 bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
@@ -95,6 +95,9 @@ bench-lifecycle: $(STAMP) ## Whole job lifecycle on a local site and pilot (LIFE
 
 bench-staging: $(STAMP) ## Stage-in arrival rate per transfer batch size (STAGING_ARGS=--jobs 400)
 	$(BIN)/python -m bench.staging $(STAGING_ARGS)
+
+bench-diffusion: $(STAMP) ## Node caches on vs off, repeated inputs (DIFFUSION_ARGS=--jobs 2000 --size-mb 4)
+	$(BIN)/python -m bench.data_diffusion $(DIFFUSION_ARGS)
 
 CHAOS_JOBS ?= 500
 CHAOS_ROUNDS ?= 3

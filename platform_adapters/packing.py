@@ -17,7 +17,7 @@ packer does not look at it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
@@ -156,16 +156,17 @@ class NodePacker:
             f"only {big_enough} of {len(self._nodes)} nodes are that big"
         )
 
-    def allocate(self, request: JobRequest) -> Allocation | None:
+    def allocate(self, request: JobRequest, prefer: Sequence[str] = ()) -> Allocation | None:
         """Place the job now, or return ``None`` if it has to wait for something to be released.
 
         A request that can never fit also returns ``None``; check ``can_ever_fit`` before
-        queueing it.
+        queueing it. A one-node job goes to the first node of ``prefer`` (hostnames, e.g.
+        those whose caches hold its inputs) it fits on now: a preference, never a refusal.
         """
         if request.job_id in self._allocations:
             raise InvalidRequest(f"job {request.job_id} is already allocated")
         if request.num_nodes == 1:
-            node = self._pick_single(request)
+            node = self._pick_preferred(request, prefer) or self._pick_single(request)
             if node is None:
                 return None
             placement = node.assign(
@@ -199,6 +200,15 @@ class NodePacker:
             node.release(job_id)
             self._refile(node)
         return allocation
+
+    def _pick_preferred(self, request: JobRequest, prefer: Sequence[str]) -> ComputeNode | None:
+        for hostname in prefer:
+            node = self._by_host.get(hostname)
+            if node is not None and node.fits(
+                request.cpus_per_node, request.gpus_per_node, request.occupancy
+            ):
+                return node
+        return None
 
     def _pick_single(self, request: JobRequest) -> ComputeNode | None:
         cpus, gpus, occupancy = request.cpus_per_node, request.gpus_per_node, request.occupancy

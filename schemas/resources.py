@@ -194,6 +194,9 @@ class AppTransferSlot(Frozen):
     required: bool = False
     recursive: bool = False
     description: Text = ""
+    # An input pilots may keep in their nodes' caches and offer to later jobs that name the
+    # same source (docs/platforms.md, "Node-local caches and data-aware dispatch").
+    cache: bool = False
 
 
 AppHook = Annotated[

@@ -7,6 +7,7 @@ A site never reads the log at large. Events reach it through *feeds* of its own:
     sched-<site>     durable pull consumer   pilot batch jobs to submit or delete, for its agent
     xfer-<site>      durable pull consumer   transfer items to stage in or out, for its agent
     kills            live core subscription  kills of its jobs, for its pilots
+    peers            live core subscription  its pilots' heartbeats, for its pilots
 
 :data:`SITE_FEEDS` is the one place that says, for each feed, which event types it
 carries, who reads it, how the control plane configures it and what the site's key
@@ -94,8 +95,12 @@ class LiveFeed:
     reader: Reader
     event_types: tuple[str, ...]
     description: str
+    # The site's heartbeats (``hb.<site>.*``) instead of events: they are not on the log.
+    heartbeats: bool = False
 
     def filter_subjects(self, site: str) -> tuple[str, ...]:
+        if self.heartbeats:
+            return (f"hb.{check_site(site)}.*",)
         return tuple(type_filter(check_site(site), t) for t in self.event_types)
 
     def carries(self, event_type: str) -> bool:
@@ -135,7 +140,14 @@ KILLS: Final = LiveFeed(
     "kills of running jobs; a pilot also re-checks its jobs for a kill it did not hear",
 )  # fmt: skip
 
-SITE_FEEDS: Final[tuple[SiteFeed, ...]] = (LAUNCH, PROCESS, SCHED, XFER, KILLS)
+PEERS: Final = LiveFeed(
+    "peers", "pilot", (),
+    "the site's pilot heartbeats: which inputs each pilot's node caches hold, so that a job "
+    "is offered first to a pilot that holds its inputs (data-aware dispatch)",
+    heartbeats=True,
+)  # fmt: skip
+
+SITE_FEEDS: Final[tuple[SiteFeed, ...]] = (LAUNCH, PROCESS, SCHED, XFER, KILLS, PEERS)
 """Every feed of every site. A consumer or grant for a site that is not a row here is a bug."""
 
 SITE_CONSUMERS: Final = tuple(feed for feed in SITE_FEEDS if isinstance(feed, PullFeed))

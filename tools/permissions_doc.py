@@ -85,6 +85,8 @@ def _feeds() -> list[str]:
             delivery = f"durable pull consumer, ack wait {feed.ack_wait_s:g} s"
             name = f"`{feed.durable(EXAMPLE_SITE)}`"
         types = ", ".join(f"`{t}`" for t in feed.event_types)
+        if isinstance(feed, LiveFeed) and feed.heartbeats:
+            types = f"heartbeats, `{feed.filter_subjects(EXAMPLE_SITE)[0]}`"
         lines.append(f"| {name} | {feed.reader} | {delivery} | {types} | {feed.description} |")
     return lines
 

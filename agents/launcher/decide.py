@@ -7,6 +7,8 @@ NATS or processes:
 
 * whether to place a delivery here (or leave it to another pilot, or to none: it can never
   run at this site), and what to do with a second delivery of a job held;
+* whether to hand a delivery back for a while so that a pilot whose node caches hold the
+  job's inputs takes it (data-aware dispatch);
 * whether the work delivered is the job as submitted;
 * which event takes the lease (it is ``job.started`` itself), and what a task that came
   up too late (draining, or the session lost) must do;
@@ -35,7 +37,13 @@ from lodestream.platform_adapters.packing import Allocation, JobRequest
 from lodestream.schemas.batch import batch_cause
 from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.events import JobFinished, JobRunDone, JobRunErrored, JobRunTimedOut
-from lodestream.schemas.events.job import FinishedData, Placement, RunResultData, StartedData
+from lodestream.schemas.events.job import (
+    CacheUseData,
+    FinishedData,
+    Placement,
+    RunResultData,
+    StartedData,
+)
 from lodestream.schemas.resources import App, JobSpec, SchedulerState
 from lodestream.schemas.states import FINISHED_AT_RUN_END
 
@@ -131,6 +139,24 @@ def offer(spec: JobSpec, *, refused: Refusal | None, remaining_min: float) -> Of
     return Offer.PLACE
 
 
+CACHE_DEFER_S = 0.25  # short: the peer fetches again within a fraction of a second
+
+
+def cache_deferral(*, here: int, at_peer: int, delivered: int, max_deliveries: int) -> float | None:
+    """How long to hand a delivery back so that a peer pilot takes it; None: take it here.
+
+    ``here`` and ``at_peer`` are how many of the job's cacheable inputs this pilot's best
+    node and the best live peer (by its latest heartbeat) hold. Delay scheduling, as in
+    Falkon's data diffusion and Spark's locality wait: a job waits for a pilot that has its
+    data only for its first ``max_deliveries`` deliveries (the delivery's ``num_delivered``,
+    counted by the server, so no pilot needs to remember it), then runs wherever it is
+    offered. No job waits for ever for a cache, and none waits at all when no peer is better.
+    """
+    if at_peer <= here or delivered > max_deliveries:
+        return None
+    return CACHE_DEFER_S
+
+
 class Redelivery(Enum):
     """A second runnable delivery of a job the pilot holds: never a second allocation."""
 
@@ -215,6 +241,7 @@ class RunEnd:
     pyrun_result: str | None  # the result file a Python app's wrapper wrote, if any
     # Why the task's end was never observed (its worker rank was lost); None: it was.
     lost: str | None = None
+    cache: CacheUseData | None = None  # what its inputs cost at its node's cache, if cached
 
 
 def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
@@ -228,7 +255,7 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
         # Nobody saw how it ended: like a pilot that stopped, not a job that failed, so the
         # site's handle_timeout decides whether it runs again.
         data = RunResultData(cause=(end.lost[:TAIL_CHARS],), runtime_s=end.runtime_s,
-                             work=item.spec, attempt=item.attempt)  # fmt: skip
+                             work=item.spec, attempt=item.attempt, cache=end.cache)  # fmt: skip
         return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
     tail = end.stderr_tail
     result: Any = None
@@ -242,7 +269,7 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
             tail = pyrun.traceback or pyrun.error or tail
     fields: dict[str, Any] = {"return_code": end.return_code, "stderr_tail": tail[-TAIL_CHARS:],
                               "runtime_s": end.runtime_s, "result": result,
-                              "attempt": item.attempt}  # fmt: skip
+                              "attempt": item.attempt, "cache": end.cache}  # fmt: skip
     try:
         RunResultData(**fields)
     except ValidationError as exc:
@@ -264,7 +291,7 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
 def _unusable_result(item: WorkItem, end: RunEnd, why: str) -> Outcome:
     data = RunResultData(return_code=end.return_code, stderr_tail=end.stderr_tail[-TAIL_CHARS:],
                          runtime_s=end.runtime_s, cause=(why[:TAIL_CHARS],), work=item.spec,
-                         attempt=item.attempt)  # fmt: skip
+                         attempt=item.attempt, cache=end.cache)  # fmt: skip
     return Outcome(JobRunErrored, data, Tally.ERRORED)
 
 

@@ -33,6 +33,7 @@ import socket
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ from lodestream.agents.launcher.decide import (
     Refusal,
     SiteShape,
 )
+from lodestream.agents.launcher.diffusion import Diffusion, count
 from lodestream.agents.launcher.jobs import run_end, task_spec
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
@@ -70,7 +72,7 @@ from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobStarted
 from lodestream.schemas.resources import NodeInfo
 from lodestream.schemas.retry import MAX_BACKOFF_S
-from lodestream.schemas.topology import KILLS, LAUNCH
+from lodestream.schemas.topology import KILLS, LAUNCH, PEERS
 
 __all__ = ["Launcher", "LauncherReport"]
 
@@ -101,6 +103,7 @@ class Launcher:
         mode: JobMode = "serial",
         site_shape: SiteShape | None = None,
         batch: decide.PilotBatch | None = None,
+        diffusion: Diffusion | None = None,
     ) -> None:
         self._js = js
         self._nc = nc
@@ -122,6 +125,7 @@ class Launcher:
         self._max_fetch = max_fetch
         self._base_env = dict(base_env or {})  # tasks inherit only what the entry point passes
         self._batch = batch  # the batch job we run in, named in the causes of what we drain
+        self._diffusion = diffusion  # node caches and data-aware dispatch; None: off
         self._reaper = Reaper()
         self._jobs: set[asyncio.Task[None]] = set()
         # What we hold, from the offer until the task is reported: one entry per job.
@@ -150,10 +154,7 @@ class Launcher:
             asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop)),
             asyncio.create_task(self._watch.check_forever(self.session.ttl_s, beat_stop)),
         ]
-        kills = []
-        if self._nc is not None:
-            for subject in KILLS.filter_subjects(self._site):
-                kills.append(await self._nc.subscribe(subject, cb=self._watch.on_killed))
+        kills = await self._subscribe_live()
         try:
             self.report.exit_reason = await self._lease_loop(stop)
         finally:
@@ -174,7 +175,22 @@ class Launcher:
             await asyncio.gather(*background, self._watch.settled(), return_exceptions=True)
             if not self.session.lost and not self._revoked:
                 await self.session.close(self.report.exit_reason)
+            if self._diffusion is not None:  # node-local disks are the next batch job's
+                await asyncio.to_thread(self._diffusion.cache.close)
         return self.report
+
+    async def _subscribe_live(self) -> list[Any]:
+        """The live feeds: kills, and (with caches) what the site's other pilots cache."""
+        subs = []
+        if self._nc is not None:
+            for subject in KILLS.filter_subjects(self._site):
+                subs.append(await self._nc.subscribe(subject, cb=self._watch.on_killed))
+            if self._diffusion is not None:
+                self.session.cached = self._diffusion.cache.digest
+                peers = self._diffusion.peers
+                for subject in PEERS.filter_subjects(self._site):
+                    subs.append(await self._nc.subscribe(subject, cb=peers.on_message))
+        return subs
 
     async def _open(self, stop: asyncio.Event) -> str | None:
         """Open the session, retrying (logged, with backoff); else why it was not opened."""
@@ -282,7 +298,14 @@ class Launcher:
         if refused is not None:  # NEVER_FITS here, or NOWHERE at this site
             await self._refuse(item, refused)
             return
-        allocation = self._packer.allocate(request) if placing is Offer.PLACE else None
+        prefer: list[str] = []
+        if self._diffusion is not None and placing is Offer.PLACE:
+            delay, prefer = self._diffusion.placing(item)
+            if delay is not None:  # a peer's caches hold its inputs: let that pilot take it
+                self.report.cache_deferred += 1
+                await settle(msg.nak(delay=delay))
+                return
+        allocation = self._packer.allocate(request, prefer) if placing is Offer.PLACE else None
         if allocation is None:  # elsewhere, or here once our nodes free up
             await settle(msg.nak(delay=NAK_DELAY_S))
             return
@@ -348,6 +371,8 @@ class Launcher:
         except Exception:  # one job's surprise must not leak its allocation or stop the pilot
             log.exception("launcher: job %s failed unexpectedly", item.job_id)
         finally:
+            if self._diffusion is not None:
+                await self._diffusion.release(item, allocation)
             self._chains.pop(item.key, None)
             self._held.pop(item.key, None)
             self._packer.release(str(item.job_id))
@@ -366,6 +391,10 @@ class Launcher:
             self._held.pop(item.key, None)
 
     async def _run_leased(self, item: WorkItem, allocation: Allocation) -> None:
+        cached = None
+        if self._diffusion is not None:  # ours now: its workdir may be touched
+            cached = await self._diffusion.provide(item, allocation)
+            count(self.report, cached)
         tracked = await self._start(item, allocation)
         if isinstance(tracked, str):
             await self._report(item, decide.start_failure(item, tracked))
@@ -380,7 +409,7 @@ class Launcher:
                 await self._report(item, decide.late_start(item, self.session.id))
             case AfterStart.RUN:
                 code = await tracked.done
-                end = run_end(item, tracked, code, self._data_dir)
+                end = replace(run_end(item, tracked, code, self._data_dir), cache=cached)
                 app = self._app_models.get(item.spec.app)
                 await self._report(item, decide.run_result(item, end, app))
 

@@ -13,12 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lodestream.agents.launcher.decide import PilotBatch
+from lodestream.agents.launcher.diffusion import Diffusion, build, caches_reachable
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
+from lodestream.agents.launcher.peers import PeerCaches
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.launcher.session import LauncherSession
-from lodestream.agents.site.apps import load_apps
+from lodestream.agents.site.apps import ApplicationDefinition, load_apps, to_app_model
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
-from lodestream.agents.site.settings import JobMode, load_site_settings
+from lodestream.agents.site.settings import JobMode, SiteSettings, load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
@@ -90,7 +92,7 @@ async def run(
             app_launcher=plan.app_launcher, nodes=nodes,
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
-            batch=batch,
+            batch=batch, diffusion=_diffusion(settings, plan, session, apps),
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)
@@ -104,6 +106,31 @@ async def run(
     if watch.revoked:
         raise watch.error()
     return report
+
+
+def _diffusion(
+    settings: SiteSettings,
+    plan: PilotPlan,
+    session: LauncherSession,
+    apps: dict[str, type[ApplicationDefinition]],
+) -> Diffusion | None:
+    """The pilot's node caches and data-aware dispatch, if the site turns them on and this
+    pilot can fill its nodes' caches (:func:`caches_reachable`)."""
+    cfg = settings.launcher
+    if cfg.cache_bytes <= 0:
+        return None
+    if not caches_reachable(plan.machine.scheduler, len(plan.nodes), plan.mpi4py_workers):
+        log.warning("launcher: node caches are off: this pilot cannot fill its %d nodes' "
+                    "caches from its own process (machine %s)", len(plan.nodes),
+                    plan.machine.name)  # fmt: skip
+        return None
+    return build(
+        cache_root=settings.site_path(cfg.cache_dir) / str(session.id),
+        capacity=cfg.cache_bytes, nodes=[n.hostname for n in plan.nodes],
+        peers=PeerCaches(settings.site, session.id, cfg.heartbeat_ttl_s),
+        apps={name: to_app_model(cls, settings.site) for name, cls in apps.items()},
+        data_dir=settings.data_dir, max_deliveries=cfg.cache_defer_deliveries,
+    )  # fmt: skip
 
 
 def _revoke(launcher: Launcher, stop: asyncio.Event) -> None:

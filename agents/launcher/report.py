@@ -27,6 +27,10 @@ class LauncherReport:
     duplicates: int = 0  # deliveries of a job this pilot already held
     deferred: int = 0  # retries handed back to the server until they fall due
     refused: int = 0  # jobs this pilot can never run (left to another pilot, or failed)
+    cache_deferred: int = 0  # deliveries handed back for a peer whose caches hold the inputs
+    cache_hits: int = 0  # inputs its node caches held already
+    cache_misses: int = 0  # inputs copied into them
+    cache_bytes_copied: int = 0
     exit_reason: str = ""
 
     def count(self, tally: Tally) -> None:

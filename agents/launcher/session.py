@@ -63,6 +63,8 @@ class LauncherSession:
         self._lost = False
         self._seq = 0
         self._wake = asyncio.Event()
+        # The sources this pilot's node caches hold, for its peers (set by the pilot).
+        self.cached: Callable[[], tuple[str, ...]] = tuple
 
     @property
     def actor(self) -> str:
@@ -109,7 +111,7 @@ class LauncherSession:
             return  # beating again would make a fenced session look alive
         body = Heartbeat(
             session_id=self.id, site=self.site, at=datetime.now(UTC),
-            running=running, leased=leased, free_cores=free_cores,
+            running=running, leased=leased, free_cores=free_cores, cached=self.cached(),
         )  # fmt: skip
         await self._js.publish(
             heartbeat_subject(self.site, self.id), orjson.dumps(body.model_dump(mode="json"))

@@ -14,6 +14,8 @@
       virtual_nodes: 1
       mode: serial               # or mpi: every job through the app launcher (mpiexec, srun)
       serial_workers: none       # or mpi4py: serial mode with one worker rank per node
+      cache_bytes: 0             # node-local caches of cacheable inputs, bytes per node (0: off)
+      cache_dir: cache           # below the site directory, or an absolute path ($TMPDIR's)
     processing:
       retry_budget: 3            # retries after the first attempt; an app may set its own
       retry_backoff:             # the wait before each retry; an app may override any field
@@ -115,6 +117,14 @@ class LauncherSettings(_Strict):
     serial_workers: SerialWorkers = "none"
     # mpi4py workers: a rank silent for this long is lost, and so are the jobs it ran.
     worker_timeout_s: float = Field(30.0, ge=1, le=3600)
+    # Node-local caches of cacheable inputs (docs/platforms.md, "Node-local caches and
+    # data-aware dispatch"): bytes per node, 0 turns them off. cache_dir: where, relative to
+    # the site directory (default <site>/cache); a session's caches are below it, removed
+    # when the pilot exits. cache_defer_deliveries: how many deliveries of a job whose
+    # inputs a peer pilot caches this pilot hands back before it takes the job anyway.
+    cache_bytes: int = Field(0, ge=0, le=2**62)
+    cache_dir: Path = Path("cache")
+    cache_defer_deliveries: int = Field(2, ge=0, le=20)
 
 
 class ProcessingSettings(_Strict):

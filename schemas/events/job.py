@@ -8,7 +8,13 @@ from typing import Any, ClassVar, Literal
 from pydantic import AwareDatetime, Field, field_validator
 
 from lodestream.schemas.envelope import Event, EventData
-from lodestream.schemas.resources import INT32_MAX, INT32_MIN, JobSpec, check_storable
+from lodestream.schemas.resources import (
+    INT32_MAX,
+    INT32_MIN,
+    INT64_MAX,
+    JobSpec,
+    check_storable,
+)
 from lodestream.schemas.retry import MAX_BACKOFF_S
 from lodestream.schemas.upcast import upcaster
 
@@ -54,6 +60,22 @@ class StartedData(EventData):
     attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
+class CacheUseData(EventData):
+    """What the job's cacheable inputs cost at its node's cache (agents/launcher/cache.py).
+
+    ``hits``: inputs the node held already; ``misses``: inputs copied into its cache
+    (``bytes_copied`` in all); ``bypassed``: inputs the job read from the shared copy (no room,
+    or not a file). Recorded with the run's result, not in ``job.started``: that event is the
+    lease, and the pilot touches the job's workdir only once it holds it.
+    """
+
+    node: str
+    hits: int = Field(0, ge=0, le=INT32_MAX)
+    misses: int = Field(0, ge=0, le=INT32_MAX)
+    bytes_copied: int = Field(0, ge=0, le=INT64_MAX)
+    bypassed: int = Field(0, ge=0, le=INT32_MAX)
+
+
 class RunResultData(EventData):
     return_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stderr_tail: str = Field("", max_length=MAX_TAIL)
@@ -62,6 +84,7 @@ class RunResultData(EventData):
     cause: tuple[str, ...] = ()
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
     attempt: int = Field(1, ge=1, le=INT32_MAX)
+    cache: CacheUseData | None = None  # set when the app has cacheable inputs and the pilot a cache
 
     @field_validator("result")
     @classmethod

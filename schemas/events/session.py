@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import uuid
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Final, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
 from lodestream.schemas.envelope import Event, EventData
 from lodestream.schemas.resources import NodeInfo
 from lodestream.schemas.subjects import SiteSlug
+
+MAX_CACHED_SOURCES: Final = 512  # per heartbeat: about 10 KB at most, every quarter TTL
+SourceId = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{16}$")]
 
 
 class SessionOpenedData(EventData):
@@ -65,6 +68,10 @@ class Heartbeat(BaseModel):
     running: int = Field(0, ge=0)
     leased: int = Field(0, ge=0)
     free_cores: int = Field(0, ge=0)
+    # The sources this pilot's node caches hold, most recently used first (their
+    # ``source_id``s): what its peers at the site defer a job's delivery for
+    # (docs/platforms.md, "Node-local caches and data-aware dispatch").
+    cached: tuple[SourceId, ...] = Field((), max_length=MAX_CACHED_SOURCES)
 
 
 SESSION_EVENTS: tuple[type[Event], ...] = (SessionOpened, SessionClosed, SessionExpired)

@@ -78,12 +78,14 @@ def heartbeat_probes() -> list[Probe]:
 
 def subscribe_probes() -> list[Probe]:
     denied = ["evt.>", "evt.alpha.>", "evt.beta.>", "evt.alpha.job.*.killed",
-              "evt.*.job.*.killed", "hb.>", "hb.beta.*", "hb.alpha.*", "$SYS.>", "_INBOX.>",
+              "evt.*.job.*.killed", "hb.>", "hb.*.*", "hb.alpha.*", "$SYS.>", "_INBOX.>",
               "_INBOX_alpha.>", ">", "$JS.API.>", "$JS.ACK.>", "$JS.EVENT.>", "_INBOX_beta",
               "_INBOX_alpha.*.*"]  # fmt: skip
     return [Probe("subscribe", "subscribe", s, needed=False) for s in denied] + [
         Probe("subscribe", "subscribe", "_INBOX_beta.>", needed=True),
         Probe("subscribe", "subscribe", "evt.beta.job.*.killed", needed=True),
+        # Its own pilots' heartbeats (what their caches hold), never another site's.
+        Probe("subscribe", "subscribe", "hb.beta.*", needed=True),
     ]
 
 

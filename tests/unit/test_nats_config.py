@@ -99,7 +99,9 @@ def test_listeners_bind_loopback_by_default(tmp_path: Path) -> None:
 def test_site_permissions_name_only_that_site() -> None:
     perms = site_permissions("alpha")
     assert set(perms) == {"publish", "subscribe"}
-    assert perms["subscribe"] == {"allow": ["_INBOX_alpha.>", "evt.alpha.job.*.killed"]}
+    assert perms["subscribe"] == {
+        "allow": ["_INBOX_alpha.>", "evt.alpha.job.*.killed", "hb.alpha.*"]
+    }
     consumers = ["launch-alpha", "process-alpha", "sched-alpha", "xfer-alpha"]
     assert set(perms["publish"]["allow"]) == {
         *site_event_subjects("alpha"),

@@ -132,6 +132,22 @@ def test_small_jobs_fill_partially_used_nodes_first() -> None:
     assert packer.allocate(JobRequest("big", num_nodes=2)) is not None
 
 
+def test_a_preferred_node_is_taken_when_the_job_fits_there_and_skipped_when_not() -> None:
+    packer = NodePacker(nodes(3, cpus=2))
+    cached = packer.allocate(single("a", node_packing_count=2), prefer=["n2"])
+    assert cached is not None
+    assert cached.hostnames == ("n2",)
+    # n2's other core, although an idle node would do as well: its cache holds the input.
+    again = packer.allocate(single("b", node_packing_count=2), prefer=["n2", "n1"])
+    assert again is not None
+    assert again.hostnames == ("n2",)
+    # n2 is full now: the next preference, then any node; unknown names are ignored.
+    third = packer.allocate(single("c", node_packing_count=2), prefer=["n2", "n1"])
+    assert third is not None
+    assert third.hostnames == ("n1",)
+    assert packer.allocate(single("d"), prefer=["gone", "n2"]) is not None
+
+
 def test_a_whole_node_job_does_not_land_on_a_shared_node() -> None:
     packer = NodePacker(nodes(2, cpus=8))
     shared = packer.allocate(single("s", node_packing_count=2))

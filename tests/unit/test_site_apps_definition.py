@@ -195,6 +195,13 @@ BAD: list[tuple[dict[str, Any], str]] = [
         r"unknown keys \['size'\]",
     ),
     ({"command_template": CMD, "transfers": {"inp": "a"}}, "must be a TransferSlot or a dict"),
+    (
+        {
+            "command_template": CMD,
+            "transfers": {"res": {"direction": "out", "local_path": "a", "cache": True}},
+        },
+        r"transfer slot 'res': only an input \(direction 'in'\) can be cached",
+    ),
     ({"command_template": CMD, "python_exe": ""}, "python_exe must be a non-empty string"),
 ]
 

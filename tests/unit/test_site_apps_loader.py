@@ -22,7 +22,9 @@ class Sim(ApplicationDefinition):
         "steps": Parameter(help="time steps"),
         "out": {"default": "out.h5"},
     }
-    transfers = {"mesh": TransferSlot(direction="in", local_path="mesh.h5", required=True)}
+    transfers = {
+        "mesh": TransferSlot(direction="in", local_path="mesh.h5", required=True, cache=True)
+    }
 
     def postprocess(self) -> None:
         pass
@@ -196,7 +198,9 @@ def test_app_model_describes_interface_never_command(apps: Path) -> None:
             "steps": AppParameter(required=True, default=None, help="time steps"),
             "out": AppParameter(required=False, default="out.h5"),
         },
-        transfers={"mesh": AppTransferSlot(direction="in", local_path="mesh.h5", required=True)},
+        transfers={
+            "mesh": AppTransferSlot(direction="in", local_path="mesh.h5", required=True, cache=True)
+        },
         python=False,
         hooks=("postprocess",),
     )

@@ -23,6 +23,7 @@ from lodestream.schemas.topology import (
     CONTROLLER,
     KILLS,
     LAUNCH,
+    PEERS,
     PROCESS,
     SITE_CONSUMERS,
     SITE_FEEDS,
@@ -105,7 +106,8 @@ def test_every_row_is_well_formed() -> None:
     assert len(purposes) == len(set(purposes)), "one row per purpose"
     for feed in SITE_FEEDS:
         assert re.fullmatch(r"[a-z]+", feed.purpose), "a durable name token, never a wildcard"
-        assert feed.event_types, feed.purpose
+        heartbeats = isinstance(feed, LiveFeed) and feed.heartbeats
+        assert bool(feed.event_types) != heartbeats, feed.purpose  # events, or heartbeats
         assert len(set(feed.event_types)) == len(feed.event_types), feed.purpose
         assert set(feed.event_types) <= set(EVENT_CLASSES), feed.purpose
     assert set(CONTROLLER.event_types) <= set(EVENT_CLASSES)
@@ -128,6 +130,14 @@ def test_kills_come_from_the_control_plane_only() -> None:
     for event_type in KILLS.event_types:
         assert "site" not in WRITERS[event_type]
     assert KILLS.filter_subjects("alpha") == ("evt.alpha.job.*.killed",)
+
+
+def test_pilots_hear_their_own_sites_heartbeats_only() -> None:
+    # Data-aware dispatch: a pilot learns what its peers cache from their heartbeats.
+    assert PEERS.filter_subjects("alpha") == ("hb.alpha.*",)
+    assert PEERS.grants("alpha").subscribe == ("hb.alpha.*",)
+    assert "hb.beta.*" not in site_permissions("alpha")["subscribe"]["allow"]
+    assert not PEERS.carries("job.killed")
 
 
 def test_the_controllers_filters_follow_its_row() -> None:

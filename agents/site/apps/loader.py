@@ -73,6 +73,7 @@ def to_app_model(app_cls: type[ApplicationDefinition], site: str) -> App:
                 required=t.required,
                 recursive=t.recursive,
                 description=t.description,
+                cache=t.cache,
             )
             for n, t in spec.transfers.items()
         },

@@ -24,7 +24,9 @@ SLOT_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # schemas.reso
 ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOOKS: Final = ("preprocess", "postprocess", "handle_error", "handle_timeout", "shell_preamble")
 _PARAMETER_KEYS: Final = frozenset({"required", "default", "help"})
-_SLOT_KEYS: Final = frozenset({"direction", "local_path", "required", "recursive", "description"})
+_SLOT_KEYS: Final = frozenset(
+    {"direction", "local_path", "required", "recursive", "description", "cache"}
+)
 MAX_RETRY_BUDGET: Final = 100  # the most retries a site or an app may allow
 BACKOFF_KEYS: Final = ("base_s", "factor", "max_s", "jitter")  # schemas.retry.RetryBackoff
 
@@ -68,6 +70,9 @@ class TransferSlot:
     required: bool = False
     recursive: bool = False
     description: str = ""
+    # An input that pilots may keep in node-local caches, keyed by its source and version,
+    # and offer to the jobs that read it again (agents/launcher/cache.py).
+    cache: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +289,8 @@ def _transfers(raw: object, fail: Fail) -> dict[str, TransferSlot]:
             raise fail(f"transfer slot {slot!r}: direction must be 'in' or 'out'")
         if not _relative(value.local_path):
             raise fail(f"transfer slot {slot!r}: local_path must be relative to the workdir")
+        if value.cache and value.direction != "in":
+            raise fail(f"transfer slot {slot!r}: only an input (direction 'in') can be cached")
         slots[slot] = value
     return slots
 
