@@ -3,8 +3,9 @@
 ::
 
     (none) ──requested──▶ pending ──submitted──▶ submitted ──succeeded──▶ succeeded
-                             │                    │  ▲   └────failed────▶ failed
-                             │                    └──┘ submitted again (next attempt)
+                             │  │                 │  ▲   └────failed────▶ failed
+                             │  │                 └──┘ submitted again (next attempt)
+                             │  └──succeeded (served from the site's stage cache)──▶ succeeded
                              └──────failed (no backend for the location)──▶ failed
 
 :data:`XFER_TRANSITIONS` maps each event type to the states it may follow and the state it
@@ -37,7 +38,8 @@ XFER_TRANSITIONS: Final[Mapping[str, Mapping[TransferState | None, TransferState
     MappingProxyType({
         "xfer.requested": MappingProxyType({None: X.PENDING}),
         "xfer.submitted": MappingProxyType({X.PENDING: X.SUBMITTED, X.SUBMITTED: X.SUBMITTED}),
-        "xfer.succeeded": MappingProxyType({X.SUBMITTED: X.SUCCEEDED}),
+        # From pending: served from the site's stage cache, never submitted.
+        "xfer.succeeded": MappingProxyType({X.PENDING: X.SUCCEEDED, X.SUBMITTED: X.SUCCEEDED}),
         "xfer.failed": MappingProxyType({X.PENDING: X.FAILED, X.SUBMITTED: X.FAILED}),
     })
 )  # fmt: skip

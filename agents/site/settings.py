@@ -213,6 +213,12 @@ class TransferSettings(_Strict):
     globus_sync_level: Literal["exists", "size", "mtime", "checksum"] = "mtime"
     # The directory of this machine that the site's collection shows as "/".
     globus_site_root: str = Field("/", pattern=r"^/[^\x00-\x1f]*$")
+    # The site's cache of staged inputs (agents/site/transfers/stage_cache.py): an input slot
+    # the app marks ``cache`` is fetched from its location once and linked into later jobs'
+    # workdirs. 0 turns it off.
+    stage_cache_bytes: int = Field(0, ge=0)
+    stage_cache_ttl_s: float = Field(86_400.0, gt=0)
+    stage_cache_dir: Path = Path("cache/staged")
     # For measurements (bench/staging.py): no task is taken as done sooner than this after
     # its submission, as if every task paid a wide-area service's fixed overhead. 0 in use.
     simulated_task_latency_s: float = Field(0.0, ge=0, le=3600)

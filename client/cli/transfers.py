@@ -55,6 +55,8 @@ def outcome(item: dict[str, Any]) -> str:
         return str(item["reason"]) + (" (permanent)" if item.get("permanent") else "")
     if item["state"] == "submitted" and item.get("task_id"):
         return f"task {item['task_id']}"
+    if item.get("cached"):
+        return "from the site's stage cache"
     return ""
 
 

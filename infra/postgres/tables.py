@@ -226,6 +226,7 @@ transfer_items = Table(
     Column("permanent", Boolean, nullable=False, server_default=text("false")),
     _ts("requested_at"),
     Column("step_id", UUID(as_uuid=True)),
+    Column("cached", Boolean, nullable=False, server_default=text("false")),
     schema=READ_SCHEMA,
 )
 Index("transfer_items_job", transfer_items.c.job_id)

@@ -26,6 +26,8 @@ class TransferRequestedData(EventData):
     # The event that began the job's staging step (job.ready, job.reset, job.postprocessed):
     # the step ends when every item requested for it has succeeded.
     step_id: uuid.UUID | None = None
+    # The app marks the slot's input cacheable: the site may serve it from its stage cache.
+    cache: bool = False
 
 
 class TransferSubmittedData(EventData):
@@ -47,6 +49,7 @@ class TransferDoneData(EventData):
     # From the submission that succeeded to its success, as the site saw it.
     duration_s: float | None = Field(None, ge=0, le=1e9, allow_inf_nan=False)
     attempts: int = Field(1, ge=1, le=1000)
+    cached: bool = False  # served from the site's stage cache: nothing moved from the location
 
 
 class TransferRequested(Event):

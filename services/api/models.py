@@ -188,6 +188,7 @@ class TransferItemOut(BaseModel):
     duration_s: float | None
     reason: str | None
     permanent: bool
+    cached: bool = Field(False, description="served from the site's stage cache: nothing moved")
     task_id: str | None = Field(description="the transfer backend's id of the latest task")
     step_id: uuid.UUID | None
     requested_at: datetime | None

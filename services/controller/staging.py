@@ -76,6 +76,7 @@ def request_items(
             data=TransferRequestedData(
                 job_id=job_id, slot=slot, direction=direction, remote=remote,
                 local_path=local_path(spec.workdir, defined.local_path), step_id=cause.id,
+                cache=defined.cache and direction == "in" and not remote.recursive,
             ),
             event_id=derived_id(str(cause.id), "controller", "xfer.requested", str(item)),
             causation_id=cause.id,

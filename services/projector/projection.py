@@ -350,7 +350,7 @@ class Projection:
             case TransferSucceeded(data=data):
                 self._xfer(event, seq, state, attempts=data.attempts,
                            bytes_transferred=data.bytes_transferred,
-                           duration_s=data.duration_s)  # fmt: skip
+                           duration_s=data.duration_s, cached=data.cached)  # fmt: skip
 
     def _scaler(self, seq: int, event: Event) -> None:
         if event.site not in self.known.site_owners:
@@ -391,8 +391,9 @@ class Projection:
         )
 
     def _xfer(self, event: Event, seq: int, state: TransferState, **values: Any) -> None:
-        fields = {"task_id": None, "reason": None, "attempts": None, "permanent": None,
-                  "bytes_transferred": None, "duration_s": None} | values  # fmt: skip
+        unset = ("task_id", "reason", "attempts", "permanent", "bytes_transferred", "duration_s",
+                 "cached")  # fmt: skip
+        fields = dict.fromkeys(unset) | values
         self._op(
             "xfer_state",
             id=event.aggregate_id,

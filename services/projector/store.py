@@ -106,6 +106,7 @@ _OPS: Final[dict[str, LiteralString]] = {
             permanent = COALESCE(%(permanent)s, permanent),
             bytes_transferred = COALESCE(%(bytes_transferred)s, bytes_transferred),
             duration_s = COALESCE(%(duration_s)s, duration_s),
+            cached = COALESCE(%(cached)s, cached),
             updated_at = %(at)s, last_seq = %(seq)s
         WHERE id = %(id)s AND site = %(site)s""",
     "site_locations": """

@@ -234,3 +234,41 @@ async def test_an_agent_stopped_mid_transfer_hands_it_on_and_nothing_moves_twice
         )
         assert {str(s): str(t) for s, t in await cursor.fetchall()} == tasks
     assert (remote / "results" / "r4.txt").read_text() == "raw-frame\ncalib-a\ncalib-b\n"
+
+
+async def test_a_cacheable_input_moves_in_once_and_serves_every_later_job(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path, remote: Path
+) -> None:
+    (remote / "frame-a.dat").write_bytes(b"a" * 1000)
+    (remote / "frame-b.dat").write_bytes(b"b" * 2000)
+    transfers = {
+        "locations": {"beamline": f"local:{remote}"}, "poll_interval_s": 0.1,
+        "stage_cache_bytes": 1_000_000,
+    }  # fmt: skip
+    site = secure_site_dir(secure_nats, tmp_path / "cached", transfers=transfers)
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        stop = asyncio.Event()
+        tasks = [
+            asyncio.create_task(run_site_agent(site.directory, stop=stop)),
+            asyncio.create_task(run_launcher(site.directory, wall_time_min=10, stop=stop)),
+        ]
+        await app_known(database_url, "ingest")
+        jobs = await submit(js, [
+            job_created(SITE, OWNER, app="ingest", workdir=f"i{n}", transfers={
+                "frame": TransferSpec(location="beamline", path=f"/frame-{'ab'[n % 2]}.dat")})
+            for n in range(8)
+        ])  # fmt: skip
+        await until_all(database_url, jobs, "JOB_FINISHED", timeout_s=90)
+        stop.set()
+        await asyncio.gather(*tasks)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute(
+            "SELECT remote->>'path', count(*) FILTER (WHERE bytes_transferred > 0), count(*) "
+            "FROM rm.transfer_items WHERE site = %s AND state = 'succeeded' "
+            "AND job_id = ANY(%s) GROUP BY 1 ORDER BY 1", (SITE, jobs),
+        )  # fmt: skip
+        moved = await cursor.fetchall()
+    assert moved == [("/frame-a.dat", 1, 4), ("/frame-b.dat", 1, 4)]  # one move each, 3 served
+    for n in range(8):
+        assert (site.data_dir / f"i{n}" / "in" / "frame.dat").stat().st_size == 1000 * (1 + n % 2)

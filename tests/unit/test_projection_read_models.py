@@ -435,7 +435,6 @@ def test_transfer_events_are_state_changes_of_one_item() -> None:
 @pytest.mark.parametrize(
     ("history", "refused"),
     [
-        ((), TransferSucceeded),  # never submitted
         ((TransferFailed,), TransferSucceeded),  # failed is final
         ((TransferSubmitted, TransferSucceeded), TransferFailed),  # succeeded is final
         ((TransferSubmitted, TransferSucceeded), TransferSubmitted),

@@ -45,6 +45,7 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers import plan
 from lodestream.agents.site.transfers.history import ItemView, read_item
 from lodestream.agents.site.transfers.locations import BackendBuilder, Backends
+from lodestream.agents.site.transfers.stage_cache import StageCache, cache_key
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.transfers.base import (
@@ -106,6 +107,8 @@ class TransferStats:
     backend_errors: int = 0  # submit or poll calls that failed
     skipped: int = 0  # deliveries the shared rule refused
     resumed: int = 0  # items found already submitted (a redelivery)
+    cache_hits: int = 0  # items served from the site's stage cache
+    cache_waits: int = 0  # items that waited for the same source already being fetched
     tasks: dict[str, int] = field(default_factory=dict)  # tasks submitted per location
 
 
@@ -129,6 +132,15 @@ class TransferModule:
         self._clock = clock
         self.held: dict[uuid.UUID, Held] = {}
         self.inflight: dict[str, InFlight] = {}
+        cfg = self._cfg
+        self.cache = StageCache(
+            settings.site_path(cfg.stage_cache_dir),
+            max_bytes=cfg.stage_cache_bytes,
+            ttl_s=cfg.stage_cache_ttl_s,
+        )
+        # A source being fetched → the items waiting for it (each source moves in once).
+        self._fetching: dict[str, uuid.UUID] = {}
+        self._waiting: dict[str, list[uuid.UUID]] = {}
         self.stats = TransferStats()
         self._progress_at = 0.0
 
@@ -217,11 +229,52 @@ class TransferModule:
         source, destination = (remote, site_path) if request.direction == "in" else (
             site_path, remote)  # fmt: skip
         held.task_id = None
+        if self.cache.enabled and request.cache and await self._from_cache(held, site_path):
+            return
         held.pending = plan.PendingItem(
             item_id=held.view.id, location=location, direction=request.direction,
             source=source, destination=destination, recursive=request.remote.recursive,
             attempt=attempt, since_seq=held.view.last_seq,
         )  # fmt: skip
+
+    async def _from_cache(self, held: Held, site_path: str) -> bool:
+        """Serve the item from the stage cache, or wait for a fetch of its source under way;
+        False: this item fetches it."""
+        key = cache_key(held.view.request.remote.location, held.view.request.remote.path)
+        cached = self.cache.lookup(key)
+        if cached is not None:
+            try:
+                await asyncio.to_thread(self.cache.serve, key, Path(site_path))
+            except OSError as exc:  # the workdir's filesystem refused: fetch it instead
+                log.warning("transfers: stage cache could not serve %s: %s", key, exc)
+            else:
+                self.stats.cache_hits += 1
+                await self._succeed(held, 0, cached=True)
+                return True
+        fetcher = self._fetching.get(key)
+        if fetcher is not None and fetcher != held.view.id and fetcher in self.held:
+            self.stats.cache_waits += 1
+            held.pending = None
+            self._waiting.setdefault(key, []).append(held.view.id)
+            return True
+        self._fetching[key] = held.view.id
+        return False
+
+    async def _fetched(self, held: Held, *, ok: bool) -> None:
+        """The item that fetched a cacheable source ended: serve or hand on its waiters."""
+        request = held.view.request
+        key = cache_key(request.remote.location, request.remote.path)
+        if self._fetching.get(key) != held.view.id:
+            return
+        del self._fetching[key]
+        if ok:
+            with contextlib.suppress(OSError, ValueError):
+                path = Path(self._site_path(request.local_path))
+                await asyncio.to_thread(self.cache.keep, key, path)
+        for waiter in self._waiting.pop(key, []):
+            waiting = self.held.get(waiter)
+            if waiting is not None:  # served now if kept, else the first fetches it again
+                await self._queue(waiting, attempt=max(waiting.view.attempt, 0) + 1)
 
     def _site_path(self, relative: str) -> str:
         path = (self._data_dir / relative).resolve()
@@ -352,17 +405,19 @@ class TransferModule:
 
     # --- ends -------------------------------------------------------------------------------
 
-    async def _succeed(self, held: Held, size: int | None) -> None:
+    async def _succeed(self, held: Held, size: int | None, *, cached: bool = False) -> None:
         took = max(time.monotonic() - held.submitted_mono, 0.0) if held.submitted_mono else None
         event = TransferSucceeded.create(
             site=self._site, aggregate_id=held.view.id, actor=self.actor,
-            data=TransferDoneData(bytes_transferred=size, duration_s=took,
-                                  attempts=max(held.view.attempt, 1)),
+            data=TransferDoneData(bytes_transferred=size, duration_s=None if cached else took,
+                                  attempts=max(held.view.attempt, 1), cached=cached),
             event_id=self._id(held, "succeeded"), causation_id=held.view.request_id,
         )  # fmt: skip
         if await self._append(held, event):
             self.stats.succeeded += 1
             await self._release(held)
+            if held.view.request.cache and not cached:
+                await self._fetched(held, ok=True)
 
     async def _fail(self, held: Held, reason: str, *, permanent: bool) -> None:
         event = TransferFailed.create(
@@ -376,6 +431,8 @@ class TransferModule:
             log.warning("transfers: item %s (%s of job %s) failed: %s", held.view.id,
                         held.view.request.slot, held.view.request.job_id, reason)  # fmt: skip
             await self._release(held)
+            if held.view.request.cache:
+                await self._fetched(held, ok=False)
 
     async def _release(self, held: Held) -> None:
         self.held.pop(held.view.id, None)

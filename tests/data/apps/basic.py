@@ -59,3 +59,11 @@ class Reduce(ApplicationDefinition):
         "calib": {"direction": "in", "local_path": "in/calib", "recursive": True},
         "result": {"direction": "out", "local_path": "out/result.txt"},
     }
+
+
+class Ingest(ApplicationDefinition):
+    """Reads one input that many jobs share: the site may serve it from its stage cache."""
+
+    name = "ingest"
+    command_template = "wc -c in/frame.dat"
+    transfers = {"frame": {"direction": "in", "local_path": "in/frame.dat", "cache": True}}

@@ -7,7 +7,8 @@ Create Date: 2026-11-23
 ``rm.sites.transfer_locations`` is the newest ``site.locations_set`` of each site (the api
 checks a job's transfers against it). ``rm.transfer_items`` gains the attempt count, the bytes
 moved, how long the item took from its first submission, whether a failure was permanent, when
-the item was requested and the staging step it belongs to. All are folds of the log; ``lode
+the item was requested, the staging step it belongs to, and whether the site's stage cache
+served it. All are folds of the log; ``lode
 projector rebuild`` fills them.
 """
 
@@ -41,6 +42,7 @@ def upgrade() -> None:
         sa.Column("permanent", sa.Boolean(), nullable=False, server_default=sa.text("false")),
         sa.Column("requested_at", TIMESTAMPTZ, nullable=True),
         sa.Column("step_id", pg.UUID(as_uuid=True), nullable=True),
+        sa.Column("cached", sa.Boolean(), nullable=False, server_default=sa.text("false")),
     ]
     for column in items:
         op.add_column("transfer_items", column, schema=RM)
@@ -51,6 +53,7 @@ def downgrade() -> None:
     op.drop_index("transfer_items_step", "transfer_items", schema=RM)
     op.drop_index("transfer_items_site_state", "transfer_items", schema=RM)
     for name in (
+        "cached",
         "step_id",
         "requested_at",
         "permanent",
