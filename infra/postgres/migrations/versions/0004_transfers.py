@@ -47,6 +47,7 @@ def upgrade() -> None:
     for column in items:
         op.add_column("transfer_items", column, schema=RM)
     op.create_index("transfer_items_site_state", "transfer_items", ["site", "state"], schema=RM)
+    op.create_index("transfer_items_step", "transfer_items", ["step_id"], schema=RM)
 
 
 def downgrade() -> None:
