@@ -1,7 +1,10 @@
-"""Issue-12 benchmark: stage-in arrival rate against the transfer batch size.
+"""Issue-12 benchmarks: stage-in arrival rate against the transfer batch size, and the site's
+stage cache on and off on a workload that reads the same inputs many times.
 
     python -m bench.staging [--jobs 400] [--batch-sizes 1,4,16,64] [--latency-s 1.0]
                             [--concurrent 2] [--out bench/out]
+    python -m bench.staging --diffusion [--jobs 2000] [--inputs 50] [--size-mb 2]
+                            [--batch-sizes 100] [--latency-s 1.0]
 
 The shape of the Balsam paper's Figure 6: how fast staged jobs arrive when every transfer
 task pays a fixed overhead (a wide-area service's submit-and-poll round trips), as a
@@ -45,7 +48,8 @@ from lodestream.agents.site.apps import ApplicationDefinition
 class Ingest(ApplicationDefinition):
     name = "ingest"
     command_template = "/bin/true"
-    transfers = {"frame": {"direction": "in", "local_path": "frame.dat", "required": True}}
+    transfers = {"frame": {"direction": "in", "local_path": "frame.dat", "required": True,
+                           "cache": True}}
 """
 
 
@@ -57,12 +61,14 @@ class StagingBench:
         self.concurrent = concurrent
         self.info: StackInfo | None = None
 
-    def start(self) -> None:
+    def start(self, *, inputs: int = 64, size: int = 4096) -> None:
         self.info = self.stack.start("bench")
         self.source = self.root / "beamline"
         self.source.mkdir()
-        for i in range(64):
-            (self.source / f"frame-{i}.dat").write_bytes(bytes(range(256)) * 16)  # 4 KiB
+        self.inputs = inputs
+        block = bytes(range(256)) * 16
+        for i in range(inputs):
+            (self.source / f"frame-{i}.dat").write_bytes((block * (size // len(block) + 1))[:size])
 
     def stop(self) -> None:
         self.stack.stop()
@@ -72,10 +78,10 @@ class StagingBench:
         return httpx.Client(base_url=self.info.api_url, timeout=120,
                             headers={"Authorization": f"Bearer {self.info.token}"})  # fmt: skip
 
-    def site(self, batch_size: int) -> str:
+    def site(self, batch_size: int, *, cache_bytes: int = 0, name: str = "") -> str:
         """A fresh site staging through the local backend in batches of ``batch_size``."""
         assert self.info is not None
-        name = f"stage{batch_size}"
+        name = name or f"stage{batch_size}"
         site_dir = self.root / name
         public_key = init_site_dir(
             site_dir, name, nats_url=self.info.websocket_url, ca_file=self.info.ca_file,
@@ -86,6 +92,7 @@ class StagingBench:
             "locations": {"beamline": f"local:{self.source}"},
             "batch_size": batch_size, "max_concurrent": self.concurrent,
             "poll_interval_s": 0.1, "simulated_task_latency_s": self.latency_s,
+            "stage_cache_bytes": cache_bytes,
         }  # fmt: skip
         (site_dir / "settings.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
         (site_dir / "apps" / "bench.py").write_text(APPS)
@@ -122,7 +129,8 @@ class StagingBench:
     def run(self, site: str, jobs: int) -> dict[str, Any]:
         body = [
             {"site": site, "app": "ingest", "workdir": f"j{i}",
-             "transfers": {"frame": {"location": "beamline", "path": f"/frame-{i % 64}.dat"}}}
+             "transfers": {"frame": {"location": "beamline",
+                                     "path": f"/frame-{i % self.inputs}.dat"}}}
             for i in range(jobs)
         ]  # fmt: skip
         started = time.perf_counter()
@@ -139,7 +147,7 @@ class StagingBench:
             "rate_per_s": round(done / seconds, 2) if seconds else 0.0,
             # The arrival rate once staging runs (first to last job.staged_in), as in Fig. 6.
             "arrival_rate_per_s": round((len(arrivals) - 1) / span, 2) if span else 0.0,
-            "tasks": self._tasks(site),
+            "tasks": self._tasks(site), **self._moved(site),
         }  # fmt: skip
 
     def _count(self, site: str) -> int:
@@ -158,6 +166,18 @@ class StagingBench:
                 "ORDER BY occurred_at", (site,),
             ).fetchall()  # fmt: skip
         return [row[0] for row in rows]
+
+    def _moved(self, site: str) -> dict[str, Any]:
+        """Bytes moved from the location, and the items the stage cache served."""
+        assert self.info is not None
+        with psycopg.connect(self.info.database_url) as conn:
+            row = conn.execute(
+                "SELECT coalesce(sum(bytes_transferred), 0), count(*) FILTER (WHERE cached), "
+                "count(*) FROM rm.transfer_items WHERE site = %s", (site,),
+            ).fetchone()  # fmt: skip
+        moved, cached, total = row if row else (0, 0, 0)
+        return {"bytes_moved": int(moved), "cache_hits": int(cached),
+                "hit_rate": round(cached / total, 3) if total else 0.0}  # fmt: skip
 
     def _tasks(self, site: str) -> int:
         assert self.info is not None
@@ -206,8 +226,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch-sizes", default="1,4,16,64")
     parser.add_argument("--latency-s", type=float, default=1.0)
     parser.add_argument("--concurrent", type=int, default=2)
+    parser.add_argument(
+        "--diffusion", action="store_true", help="the stage cache off, then on, same inputs"
+    )
+    parser.add_argument("--inputs", type=int, default=50)
+    parser.add_argument("--size-mb", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    if args.diffusion:
+        return diffusion(args)
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="lode-bench-staging-") as tmp:
@@ -220,7 +248,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"batch {size:>4}: {results[size]}", flush=True)
         finally:
             bench.stop()
-    args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "staging.json").write_text(json.dumps(
         {"latency_s": args.latency_s, "concurrent": args.concurrent, "results": results},
         indent=2,
@@ -231,6 +258,34 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         r = results[size]
         print(f"| {size} | {r['tasks']} | {r['arrival_rate_per_s']} | {r['rate_per_s']} |")
+    return 0
+
+
+def diffusion(args: argparse.Namespace) -> int:
+    """The same workload through a site without and a site with the stage cache."""
+    batch = int(args.batch_sizes.split(",")[-1])
+    size = int(args.size_mb * 1024 * 1024)
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="lode-bench-diffusion-") as tmp:
+        Path(tmp).chmod(0o711)  # Postgres runs as its own account when we are root
+        bench = StagingBench(Path(tmp), latency_s=args.latency_s, concurrent=args.concurrent)
+        bench.start(inputs=args.inputs, size=size)
+        try:
+            for label, cache_bytes in (("off", 0), ("on", 4 * size * args.inputs)):
+                site = bench.site(batch, cache_bytes=cache_bytes, name=f"cache{label}")
+                results[label] = bench.run(site, args.jobs)
+                print(f"cache {label}: {results[label]}", flush=True)
+        finally:
+            bench.stop()
+    (args.out / "staging-diffusion.json").write_text(json.dumps(
+        {"latency_s": args.latency_s, "concurrent": args.concurrent, "batch_size": batch,
+         "inputs": args.inputs, "size_bytes": size, "results": results}, indent=2,
+    ))  # fmt: skip
+    print("\n| stage cache | makespan (s) | jobs/s | MB moved from the location | hit rate |")
+    print("|---|---|---|---|---|")
+    for label, r in results.items():
+        print(f"| {label} | {r['seconds']} | {r['rate_per_s']} | "
+              f"{r['bytes_moved'] / 1e6:,.1f} | {r['hit_rate']} |")  # fmt: skip
     return 0
 
 
