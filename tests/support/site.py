@@ -26,6 +26,7 @@ def make_site_dir(
     processing: dict[str, object] | None = None,
     scheduler: dict[str, object] | None = None,
     nats: dict[str, object] | None = None,
+    elastic: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
     directory = root / site
@@ -45,6 +46,7 @@ def make_site_dir(
                          "virtual_nodes": 2, "cores_per_node": 4, **launcher},
             "processing": {"retry_backoff": TEST_RETRY_BACKOFF, **(processing or {})},
             "scheduler": scheduler or {},
+            "elastic": elastic or {},
         }
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())
@@ -60,6 +62,7 @@ def secure_site_dir(
     site: str = "alpha",
     wss_url: str | None = None,
     nats: dict[str, object] | None = None,
+    elastic: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
     """A site directory for ``site`` (``alpha`` by default) of the ``secure_nats`` fixture;
@@ -67,5 +70,5 @@ def secure_site_dir(
     return make_site_dir(
         root, site, wss_url=wss_url or secure.server.websocket_url, ca_file=secure.ca_file,
         seed_file=secure.seed_files[site], processing=processing, scheduler=scheduler,
-        nats=nats, **launcher,
+        nats=nats, elastic=elastic, **launcher,
     )  # fmt: skip
