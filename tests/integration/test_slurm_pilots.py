@@ -13,28 +13,22 @@ cause named, for the next pilot to run again.
 from __future__ import annotations
 
 import contextlib
-import json
-import os
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterator
 
 import psycopg
 import pytest
 
-from lodestream.client.config import ClientConfig
-from lodestream.client.sdk import LodeClient
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.fixtures.slurm import SlurmCluster
-from tests.support.processes import terminate
-from tests.support.site import make_site_dir
-from tests.support.stack import Stack, kill_strays, running_stack
+from tests.support.slurm_site import (
+    SITE,
+    SlurmSite,
+    batch_in,
+    jobs_in,
+    running_slurm_site,
+    until,
+)
 
-SITE, OWNER = "alpha", "ada"
 SLOW_FIRST = '''
 from lodestream.agents.site.apps import ApplicationDefinition
 
@@ -49,53 +43,6 @@ class SlowFirst(ApplicationDefinition):
 '''
 
 
-@dataclass
-class SlurmSite:
-    stack: Stack
-    slurm: SlurmCluster
-    site_dir: Path
-    client: LodeClient
-    env: dict[str, str]  # for `lode` commands: the API and the user's token
-
-    def lode(self, *args: str) -> str:
-        done = subprocess.run(
-            [sys.executable, "-m", "lodestream.client.cli.main", *args], env=self.env,
-            capture_output=True, text=True, timeout=60, check=False,
-        )  # fmt: skip
-        assert done.returncode == 0, f"lode {' '.join(args)}: {done.stdout}{done.stderr}"
-        return done.stdout
-
-    def queue_ls(self) -> dict[str, dict[str, Any]]:
-        return {job["id"]: job for job in json.loads(self.lode("queue", "ls", "--json"))}
-
-    def submit_pilot(self, *options: str) -> str:
-        out = self.lode("queue", "submit", "--site", SITE, *options)
-        return out.split()[0]
-
-    def pilot_output(self) -> str:
-        logs = sorted((self.site_dir / "batch").glob("pilot-*.*.*"))
-        agent = self.stack.log_text("site-agent")[-3000:]
-        return "\n".join([*(p.read_text()[-2000:] for p in logs), "--- agent", agent])
-
-
-def until(what: str, check: Callable[[], Any], site: SlurmSite, timeout_s: float = 90) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while not (found := check()):
-        if time.monotonic() > deadline:
-            pytest.fail(f"{what} within {timeout_s:g} s\n{site.pilot_output()}")
-        time.sleep(0.2)
-    return found
-
-
-def batch_in(site: SlurmSite, batch: str, *states: str) -> dict[str, Any] | None:
-    job = site.client.get_batch_job(batch)
-    return job if job["state"] in states else None
-
-
-def jobs_in(site: SlurmSite, ids: list[str], state: str) -> bool:
-    return all(site.client.get_job(i)["state"] == state for i in ids)
-
-
 @pytest.fixture(scope="module")
 def slurm_site(
     slurm_cluster: SlurmCluster,
@@ -103,37 +50,10 @@ def slurm_site(
     postgres_server: EmbeddedPostgres,
 ) -> Iterator[SlurmSite]:
     root = tmp_path_factory.mktemp("slurm-pilots")
-    with running_stack(root / "stack", postgres_server) as stack:
-        settings = make_site_dir(
-            root / "sites", SITE, wss_url=stack.websocket_url, ca_file=stack.ca_file,
-            seed_file=stack.seed_files[SITE],
-            scheduler={"type": "slurm", "queue": "debug", "sync_interval_s": 0.5,
-                       "jobcomp_path": str(slurm_cluster.jobcomp_path)},
-            machine="generic-slurm", virtual_nodes=1, cores_per_node=None, idle_ttl_s=3,
-        )  # fmt: skip
-        (settings.apps_dir / "slowfirst.py").write_text(SLOW_FIRST)
-        # The agent runs Slurm's commands: it needs the cluster's SLURM_CONF, and its pilots
-        # (started by sbatch with the submitting environment) inherit it.
-        with stack.log_path("site-agent").open("ab") as log:
-            agent = subprocess.Popen(
-                [sys.executable, "-m", "lodestream.client.cli.main", "site", "start",
-                 str(settings.directory)],
-                env=slurm_cluster.env, stdout=log, stderr=subprocess.STDOUT,
-            )  # fmt: skip
-        token = stack.auth(OWNER)["Authorization"].removeprefix("Bearer ")
-        client = LodeClient(ClientConfig(stack.api_url, token))
-        env = {**os.environ, "LODE_API_URL": stack.api_url, "LODE_TOKEN": token}
-        site = SlurmSite(stack, slurm_cluster, settings.directory, client, env)
-        try:
-            until("the agent registered the apps",
-                  lambda: {"hello", "slowfirst"} <= {a["name"] for a in client.list_apps(SITE)},
-                  site)  # fmt: skip
-            yield site
-        finally:
-            client.close()
-            terminate(agent)
-            slurm_cluster.cancel_all()
-            kill_strays(root)
+    with running_slurm_site(slurm_cluster, root, postgres_server,
+                            apps={"slowfirst.py": SLOW_FIRST},
+                            app_names=("hello", "slowfirst")) as site:  # fmt: skip
+        yield site
 
 
 @pytest.fixture

@@ -27,6 +27,7 @@ def make_site_dir(
     scheduler: dict[str, object] | None = None,
     nats: dict[str, object] | None = None,
     transfers: dict[str, object] | None = None,
+    elastic: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
     directory = root / site
@@ -47,6 +48,7 @@ def make_site_dir(
             "processing": {"retry_backoff": TEST_RETRY_BACKOFF, **(processing or {})},
             "scheduler": scheduler or {},
             "transfers": transfers or {},
+            "elastic": elastic or {},
         }
     )  # fmt: skip
     (directory / "settings.yml").write_text(settings.to_yaml())
@@ -63,6 +65,7 @@ def secure_site_dir(
     wss_url: str | None = None,
     nats: dict[str, object] | None = None,
     transfers: dict[str, object] | None = None,
+    elastic: dict[str, object] | None = None,
     **launcher: object,
 ) -> SiteSettings:
     """A site directory for ``site`` (``alpha`` by default) of the ``secure_nats`` fixture;
@@ -70,5 +73,5 @@ def secure_site_dir(
     return make_site_dir(
         root, site, wss_url=wss_url or secure.server.websocket_url, ca_file=secure.ca_file,
         seed_file=secure.seed_files[site], processing=processing, scheduler=scheduler,
-        nats=nats, transfers=transfers, **launcher,
+        nats=nats, transfers=transfers, elastic=elastic, **launcher,
     )  # fmt: skip

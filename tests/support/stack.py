@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -195,8 +195,13 @@ def run_async(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 @contextlib.contextmanager
-def running_stack(root: Path, postgres: EmbeddedPostgres) -> Iterator[Stack]:
-    """A running stack under ``root``, with :data:`SITE_OWNERS` registered; torn down after."""
+def running_stack(
+    root: Path, postgres: EmbeddedPostgres, *, env: Mapping[str, str] | None = None
+) -> Iterator[Stack]:
+    """A running stack under ``root``, with :data:`SITE_OWNERS` registered; torn down after.
+
+    ``env`` adds to the services' environment (``LODE_CONTROLLER__SCALER_PERIOD_S``, ...).
+    """
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(kill_strays, root)  # last, once every service has stopped
@@ -231,10 +236,12 @@ def running_stack(root: Path, postgres: EmbeddedPostgres) -> Iterator[Stack]:
             seed_files=seed_files, public_keys=public_keys, database_url=database_url,
             api_url=f"http://127.0.0.1:{api_port}", env={},
         )  # fmt: skip
-        stack.env = service_env(stack.nats_settings(), database_url) | {
+        stack.env = {
+            **service_env(stack.nats_settings(), database_url),
             "LODE_API__HOST": "127.0.0.1",
             "LODE_API__PORT": str(api_port),
             "LODE_API__WAIT_TIMEOUT_S": "20",
+            **(env or {}),
         }
         # Once, before the services: they all ensure the streams at start, and would race.
         run_async(lambda: _ensure_streams(stack.nats_settings()))

@@ -25,6 +25,7 @@ from lodestream.platform_adapters.launchers import (
     get_launcher,
 )
 from lodestream.platform_adapters.launchers.layout import RankLayout, rank_cpu_sets
+from lodestream.platform_adapters.launchers.mpich import hydra_launches_with_srun
 from lodestream.platform_adapters.packing import Allocation
 
 BASH = "/bin/bash"
@@ -202,6 +203,49 @@ def test_the_machines_gpu_visibility_variable_is_set(
     others = {"CUDA_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "ZE_AFFINITY_MASK"} - {variable}
     assert not others & env.keys()
     assert ("CUDA_DEVICE_ORDER" in env) == (variable == "CUDA_VISIBLE_DEVICES")
+
+
+SLURM_ALLOCATION = {
+    "SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n[1-3]", "SLURM_JOB_NUM_NODES": "3",
+    "SLURM_TASKS_PER_NODE": "1(x3)",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "with_srun"),
+    [
+        (SLURM_ALLOCATION, True),
+        ({"SLURM_NODELIST": "n1", "SLURM_NNODES": "1", "SLURM_TASKS_PER_NODE": "1"}, True),
+        ({"SLURM_JOB_ID": "7", "SLURM_JOB_NODELIST": "n1"}, False),  # not all Hydra looks for
+        ({}, False),
+        ({"PBS_NODEFILE": "/x"}, False),
+        (SLURM_ALLOCATION | {"HYDRA_LAUNCHER": "ssh"}, False),
+        (SLURM_ALLOCATION | {"HYDRA_BOOTSTRAP": "fork"}, False),
+        (SLURM_ALLOCATION | {"HYDRA_RMK": "pbs"}, False),
+        ({"HYDRA_LAUNCHER": "slurm"}, True),
+        ({"HYDRA_RMK": "slurm"}, True),
+    ],
+)
+def test_whether_hydra_launches_with_srun(env: dict[str, str], with_srun: bool) -> None:
+    assert hydra_launches_with_srun(env) is with_srun
+
+
+def test_hydra_steps_in_a_slurm_allocation_overlap_the_pilots_other_jobs() -> None:
+    """Two jobs on one node are two job steps: neither may wait for the other's CPUs."""
+    mpich = launcher("mpich", "generic-slurm")
+    spec = make_spec(("n1",))
+    inside = replace(spec, env={**spec.env, **SLURM_ALLOCATION})
+    assert mpich.task_env(inside)["HYDRA_LAUNCHER_EXTRA_ARGS"] == "--overlap"
+    theirs = replace(inside, env={**inside.env, "HYDRA_LAUNCHER_EXTRA_ARGS": "--gres=gpu:2 -v"})
+    assert mpich.task_env(theirs)["HYDRA_LAUNCHER_EXTRA_ARGS"] == "--overlap --gres=gpu:2 -v"
+    said = replace(inside, env={**inside.env, "HYDRA_LAUNCHER_EXTRA_ARGS": "-v --overlap"})
+    assert mpich.task_env(said)["HYDRA_LAUNCHER_EXTRA_ARGS"] == "-v --overlap"
+    # ssh (or any launcher but srun) would take the words as its own options
+    assert "HYDRA_LAUNCHER_EXTRA_ARGS" not in mpich.task_env(spec)
+    ssh = replace(inside, env={**inside.env, "HYDRA_LAUNCHER": "ssh"})
+    assert "HYDRA_LAUNCHER_EXTRA_ARGS" not in mpich.task_env(ssh)
+    # the command line is the same either way
+    assert mpich.render_command(inside) == mpich.render_command(spec)
 
 
 def get_launcher_name(machine: str) -> str:
