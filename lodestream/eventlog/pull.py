@@ -12,6 +12,7 @@ open request while the caller is busy simply wait in the queue for the next
 (projector, controller, site agent, pilot): a fetch that times out is an empty
 batch, a NATS error is logged and waited out (the client reconnects by itself),
 and each batch goes to the consumer's own handler, which settles its messages.
+:func:`work_and_tick` adds the periodic work of the site agent's modules around it.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
@@ -145,7 +147,7 @@ class PullLoop:
         retry_after_s: float = 0.5,
     ) -> None:
         self.sub = sub
-        self._name = name
+        self.name = name
         self._batch = batch if callable(batch) else lambda: batch
         self._timeout_s = timeout_s
         self._retried = retried
@@ -158,7 +160,7 @@ class PullLoop:
         except TimeoutError:  # nats-py raises its own subclass or plain asyncio.TimeoutError
             return []
         except self._retried as exc:  # reconnecting, closed, no responders, API errors
-            log.warning("%s: fetch failed (%s); retrying", self._name, _reason(exc))
+            log.warning("%s: fetch failed (%s); retrying", self.name, _reason(exc))
             await asyncio.sleep(self._retry_after_s)
             return []
 
@@ -187,6 +189,30 @@ def each_message(handle: MessageHandler, name: str) -> BatchHandler:
                 log.exception("%s: delivery on %s not handled", name, msg.subject)
 
     return handle_each
+
+
+async def work_and_tick(
+    pulling: PullLoop,
+    handle: BatchHandler,
+    tick: Callable[[], Awaitable[None]],
+    interval_s: float,
+    stop: asyncio.Event,
+) -> None:
+    """Hand each fetched batch to ``handle`` and run ``tick`` every ``interval_s`` between
+    fetches, until ``stop``: a site module's loop (deliveries, then its periodic sync).
+
+    A tick that raises is logged and the next one runs as planned: a bug in one sync must
+    not end the module.
+    """
+    next_tick = 0.0
+    while not stop.is_set():
+        await pulling.once(handle)
+        if time.monotonic() >= next_tick:
+            try:
+                await tick()
+            except Exception:
+                log.exception("%s: periodic work failed; it runs again next time", pulling.name)
+            next_tick = time.monotonic() + interval_s
 
 
 def _reason(exc: Exception) -> str:

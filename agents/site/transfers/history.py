@@ -9,16 +9,13 @@ resumed from here, so a task already submitted is polled, not submitted again.
 from __future__ import annotations
 
 import asyncio
-import logging
 import uuid
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from nats.js.errors import NotFoundError
-
+from lodestream.agents.site.newest import newest_event
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events import (
     TransferFailed,
     TransferRequested,
@@ -26,11 +23,8 @@ from lodestream.schemas.events import (
     TransferSucceeded,
 )
 from lodestream.schemas.events.xfer import TransferRequestedData
-from lodestream.schemas.subjects import EVENTS_STREAM, event_subject
-from lodestream.schemas.trust import check_own_site, event_from_message
+from lodestream.schemas.subjects import event_subject
 from lodestream.schemas.xfer import XFER_TRANSITIONS
-
-log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,20 +56,6 @@ def fold_item(events: list[tuple[int, Event]]) -> ItemView | None:
 
 async def read_item(js: Any, site: str, item: uuid.UUID) -> ItemView | None:
     """The item's view from the log; None if it was never requested. NATS errors raise."""
-    found = await asyncio.gather(*(
-        _newest(js, event_subject(site, event_type, item), site) for event_type in XFER_TRANSITIONS
-    ))  # fmt: skip
+    subjects = [event_subject(site, event_type, item) for event_type in XFER_TRANSITIONS]
+    found = await asyncio.gather(*(newest_event(js, subject, site) for subject in subjects))
     return fold_item([pair for pair in found if pair is not None])
-
-
-async def _newest(js: Any, subject: str, site: str) -> tuple[int, Event] | None:
-    try:
-        stored = await js.get_msg(EVENTS_STREAM, subject=subject, direct=True)
-    except NotFoundError:
-        return None
-    try:
-        event = check_own_site(event_from_message(stored.subject or "", stored.data or b""), site)
-    except Untrusted as exc:
-        log.warning("transfers: the log's newest %s is not to be trusted: %s", subject, exc)
-        return None
-    return int(stored.seq or 0), event

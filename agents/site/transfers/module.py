@@ -47,7 +47,7 @@ from lodestream.agents.site.transfers.history import ItemView, read_item
 from lodestream.agents.site.transfers.locations import BackendBuilder, Backends
 from lodestream.agents.site.transfers.stage_cache import StageCache, cache_key
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer, work_and_tick
 from lodestream.platform_adapters.transfers.base import (
     TaskStatus,
     TransferBatch,
@@ -153,16 +153,9 @@ class TransferModule:
     async def run(self, stop: asyncio.Event) -> None:
         sub = await pull_consumer(self._js, XFER.stream, self._durable)
         pulling = PullLoop(sub, name="transfers", batch=256, timeout_s=0.5)
-        next_cycle = 0.0
+        handle = each_message(self.deliver, "transfers")
         try:
-            while not stop.is_set():
-                await pulling.once(each_message(self.deliver, "transfers"))
-                if time.monotonic() >= next_cycle:
-                    try:
-                        await self.cycle()
-                    except Exception:  # a bug must not end the module: the next cycle retries
-                        log.exception("transfers: cycle failed")
-                    next_cycle = time.monotonic() + self._cfg.poll_interval_s
+            await work_and_tick(pulling, handle, self.cycle, self._cfg.poll_interval_s, stop)
         finally:
             for held in self.held.values():
                 await _settle(held.msg.nak())
