@@ -40,6 +40,7 @@ from pydantic import BaseModel, ValidationError
 from lodestream.schemas.codec import EVENT_CLASSES, decode
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import DecodeError, Untrusted
+from lodestream.schemas.events.job import CreatedData
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.events.site import SiteRegistered
 from lodestream.schemas.resources import App, JobSpec
@@ -144,6 +145,8 @@ def _claimed_sites(event: Event) -> list[str]:
     """Every site the payload names, wherever a consumer could act on it."""
     data = event.data
     claimed = [spec.site for spec in _specs_in(data)]
+    if isinstance(data, CreatedData) and data.site_choice is not None:
+        claimed.append(data.site_choice.chosen)  # the other candidates are only figures
     if isinstance(data, App):
         claimed.append(data.site)
     elif isinstance(event, SiteRegistered):

@@ -11,6 +11,8 @@ from typing import Any
 from lodestream.agents.site.scheduler.template import DEFAULT_TEMPLATE
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.errors import SubjectError
+from lodestream.schemas.placement import AUTO_SITE, RESERVED_SITE_NAMES
 from lodestream.schemas.subjects import check_site
 
 EXAMPLE_APPS = Path(__file__).resolve().parent / "apps" / "examples"
@@ -28,6 +30,8 @@ def init_site_dir(
 ) -> str:
     """Create the site directory and return the public key to register (the seed stays here)."""
     check_site(name)
+    if name in RESERVED_SITE_NAMES:  # refused by the API too; checked here before any file
+        raise SubjectError(f'{name!r} is reserved (site "{AUTO_SITE}" lets lodestream choose)')
     if directory.exists() and any(directory.iterdir()):
         raise FileExistsError(f"{directory} exists and is not empty")
     for sub in ("apps", "data", "log"):

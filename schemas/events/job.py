@@ -8,6 +8,7 @@ from typing import Any, ClassVar, Literal
 from pydantic import AwareDatetime, Field, field_validator
 
 from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.placement import SiteChoice
 from lodestream.schemas.resources import (
     INT32_MAX,
     INT32_MIN,
@@ -128,11 +129,28 @@ class ReasonData(EventData):
     reason: str = ""
 
 
+class CreatedData(JobSpec):
+    """``job.created``: the job's spec and, when the API chose its site (``site: "auto"``),
+    that choice and the figures it was made on. Events from before ``site_choice`` existed
+    decode with None."""
+
+    site_choice: SiteChoice | None = None
+
+
 class JobCreated(Event):
     event_type: ClassVar[str] = "job.created"
     type: Literal["job.created"] = "job.created"
     v: Literal[1] = 1
-    data: JobSpec
+    data: CreatedData
+
+    @field_validator("data", mode="before")
+    @classmethod
+    def _from_spec(cls, value: Any) -> Any:
+        # A bare JobSpec (the builders of tests and benchmarks) is a job.created whose site
+        # was named, not chosen.
+        if isinstance(value, JobSpec) and not isinstance(value, CreatedData):
+            return dict(value)
+        return value
 
 
 class JobAwaitingParents(Event):

@@ -19,11 +19,14 @@ from pydantic import (
     StringConstraints,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
 from lodestream.schemas.events.batch import BatchRequestData
+from lodestream.schemas.events.job import CreatedData
 from lodestream.schemas.events.scaler import (
     ScalerBacklogData,
     ScalerDeletion,
@@ -32,7 +35,8 @@ from lodestream.schemas.events.scaler import (
     WindowData,
 )
 from lodestream.schemas.nkey import UserPublicKey
-from lodestream.schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH, JobSpec
+from lodestream.schemas.placement import AUTO_SITE, DEFAULT_STRATEGY, RESERVED_SITE_NAMES, Strategy
+from lodestream.schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN, check_site
 
 TOO_MANY_JOBS: Final = "too_many_jobs"
@@ -90,12 +94,32 @@ class ErrorBody(BaseModel):
 # --- submission ----------------------------------------------------------------------------
 
 
-# A submission is used as the JobSpec of its job.created event without a copy; pydantic
-# serialises a field by its declared type (JobSpec), so ``id`` is never written to the log.
-class JobSubmission(JobSpec):
-    """A job to create; ``id`` is optional, so parents and children can go in one request."""
+# A submission is used as the data of its job.created event without a copy (a copy with
+# the chosen site for ``site: "auto"``); pydantic serialises a field by its declared type
+# (CreatedData), so ``id`` and ``strategy`` are never written to the log.
+class JobSubmission(CreatedData):
+    """A job to create; ``id`` is optional, so parents and children can go in one request.
+
+    ``site: "auto"`` lets the API choose among the caller's sites that define the app, by
+    ``strategy``; the API records the choice in ``site_choice``, which a client cannot set.
+    """
 
     id: uuid.UUID | None = None
+    strategy: Strategy | None = Field(
+        None, description=f'with site "auto" only; default {DEFAULT_STRATEGY}'
+    )
+    site_choice: SkipJsonSchema[None] = None
+
+    @model_validator(mode="after")
+    def _strategy_needs_auto(self) -> JobSubmission:
+        if self.strategy is not None and self.site != AUTO_SITE:
+            raise ValueError(f'strategy applies only to site "{AUTO_SITE}", not to {self.site!r}')
+        return self
+
+    @property
+    def auto(self) -> bool:
+        """Whether the API must choose this job's site."""
+        return self.site == AUTO_SITE
 
 
 class SubmitRequest(Wire):
@@ -261,7 +285,13 @@ class SiteCreate(Wire):
     @classmethod
     def _slug(cls, value: str) -> str:
         # Site names become NATS subject tokens; check_site states the rule in its message.
-        return check_site(value)
+        check_site(value)
+        if value in RESERVED_SITE_NAMES:
+            raise ValueError(
+                f'{value!r} is reserved: a submission\'s site "{AUTO_SITE}" lets '
+                "lodestream choose a site, so no site may be called so"
+            )
+        return value
 
 
 class SiteKey(Wire):

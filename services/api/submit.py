@@ -18,8 +18,10 @@ from typing import Any
 
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import keyed_id, uuid7
+from lodestream.schemas.placement import AUTO_SITE, DEFAULT_STRATEGY
 from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
 from lodestream.services.api.models import JobSubmission, SubmitRequest
+from lodestream.services.api.placement import Placer, SiteLoad
 from lodestream.settings import Settings
 
 
@@ -68,6 +70,8 @@ class Catalog:
     existing: Mapping[uuid.UUID, Existing] = field(default_factory=dict)  # by job id
     # site -> the transfer locations it declared (site.locations_set)
     locations: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    # site -> its load, for every live site of the caller; only when a job has site "auto"
+    loads: Mapping[str, SiteLoad] = field(default_factory=dict)
 
 
 def actor(user: str) -> str:
@@ -107,7 +111,56 @@ def id_secret(settings: Settings) -> bytes:
 
 
 def named_sites(request: SubmitRequest) -> set[str]:
-    return {job.site for job in request.jobs}
+    return {job.site for job in request.jobs if not job.auto}
+
+
+def has_auto(request: SubmitRequest) -> bool:
+    """Whether a job of the request asks the API to choose its site (then every live site of
+    the caller is a candidate, and the catalog loads them all with their loads)."""
+    return any(job.auto for job in request.jobs)
+
+
+def resolve_auto(request: SubmitRequest, catalog: Catalog) -> SubmitRequest:
+    """``request`` with each ``site: "auto"`` job placed on a site by its strategy, the choice
+    recorded in its ``site_choice``; InvalidInput when no site of the caller can take one."""
+    if not has_auto(request):
+        return request
+    placer = Placer(
+        catalog.loads,
+        {site: frozenset(apps) for site, apps in catalog.apps.items()},
+        catalog.locations,
+    )
+    jobs: list[JobSubmission] = []
+    problems: list[dict[str, Any]] = []
+    for index, job in enumerate(request.jobs):
+        if not job.auto:
+            jobs.append(job)
+            continue
+        needs = frozenset(spec.location for spec in job.transfers.values())
+        choice = placer.place(job.app, job.strategy or DEFAULT_STRATEGY, needs)
+        if choice is None:
+            problems.append(_problem(index, "site", _no_site_message(job, needs, catalog)))
+            if len(problems) >= MAX_DETAILS:
+                break
+            continue
+        # model_copy does not validate: the chosen site is one of the caller's live slugs.
+        jobs.append(job.model_copy(update={"site": choice.chosen, "site_choice": choice}))
+    if problems:
+        raise invalid_from_errors(problems, "invalid submission")
+    return request.model_copy(update={"jobs": jobs})
+
+
+def _no_site_message(job: JobSubmission, needs: frozenset[str], catalog: Catalog) -> str:
+    defining = sorted(site for site, apps in catalog.apps.items() if job.app in apps)
+    if not defining:
+        return (
+            f'site "{AUTO_SITE}": none of your sites defines app {job.app!r} '
+            f"(your sites: {', '.join(sorted(catalog.loads)[:20]) or 'none'})"
+        )
+    return (
+        f'site "{AUTO_SITE}": none of the sites defining app {job.app!r} '
+        f"({', '.join(defining[:20])}) declares the transfer locations {sorted(needs)}"
+    )
 
 
 def outside_parents(request: SubmitRequest, ids: Sequence[uuid.UUID]) -> set[uuid.UUID]:

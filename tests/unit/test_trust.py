@@ -30,6 +30,7 @@ from lodestream.schemas.events.scaler import (
 )
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.events.site import SiteKeyData
+from lodestream.schemas.placement import SiteChoice, SiteFigures
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.trust import (
     MARKER_HEADER,
@@ -191,3 +192,23 @@ def test_malformed_heartbeat_subjects_are_untrusted(subject: str) -> None:
 def test_a_heartbeat_must_match_its_subject() -> None:
     with pytest.raises(Untrusted, match="does not match"):
         heartbeat_message(f"hb.alpha.{SESSION}", None, _beat(site="beta"))
+
+
+def test_a_site_choice_must_have_chosen_the_events_site() -> None:
+    """A job.created recording ``site: "auto"``'s choice names the other candidates only as
+    figures; the chosen site must be the one the event is for."""
+    figures = SiteFigures(backlog=0, throughput_per_s=1.0, eta_s=1.0)
+
+    def created(chosen: str) -> JobCreated:
+        base = job_created("alpha", "ada")
+        choice = SiteChoice(
+            strategy="fastest_eta", chosen=chosen, candidates={"alpha": figures, "beta": figures}
+        )
+        return base.model_copy(
+            update={"data": base.data.model_copy(update={"site_choice": choice})}
+        )
+
+    chosen_here = created("alpha")
+    assert check_event(chosen_here.subject, chosen_here) is chosen_here
+    elsewhere = created("beta")
+    assert "names site 'beta'" in refused(elsewhere.subject, elsewhere)

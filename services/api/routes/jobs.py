@@ -105,7 +105,10 @@ async def submit_jobs(
             parents=submit.outside_parents(submission, ids),
             ids=ids if submit.needs_existence_check(submission) else None,
             stages=any(job.transfers for job in submission.jobs),
+            auto=submit.has_auto(submission),
+            now=now(),
         )
+    submission = submit.resolve_auto(submission, catalog)
     submit.check(submission, ids, catalog)
     plan = submit.build_events(submission, ids, catalog, user=user, now=now(), secret=secret)
     _ensure_fit(plan.to_append, ids, ctx.nc.max_payload)

@@ -1,0 +1,56 @@
+"""Choosing a site for a job submitted with ``site: "auto"`` (the Balsam paper's §4.6).
+
+The API resolves ``auto`` to one of the caller's live sites that define the
+job's app, by a :data:`Strategy`, and records the choice and the figures it
+was made on in the job's ``job.created`` event (:class:`SiteChoice`), so the
+decision can be audited and analysed from the log alone. The strategies
+themselves are pure functions in ``services/api/placement.py``.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+from pydantic import Field, model_validator
+
+from lodestream.schemas.envelope import EventData
+from lodestream.schemas.resources import INT64_MAX
+from lodestream.schemas.subjects import SiteSlug
+
+AUTO_SITE: Final = "auto"
+"""The site name a submission gives to let the API choose; no site may be registered so."""
+
+RESERVED_SITE_NAMES: Final = frozenset({AUTO_SITE})
+
+Strategy = Literal["round_robin", "shortest_backlog", "fastest_eta"]
+STRATEGIES: Final[tuple[Strategy, ...]] = ("round_robin", "shortest_backlog", "fastest_eta")
+DEFAULT_STRATEGY: Final[Strategy] = "shortest_backlog"
+
+
+class SiteFigures(EventData):
+    """What the read models said of one candidate site when the choice was made.
+
+    ``backlog``: the site's jobs not final yet (this request's earlier auto jobs included);
+    ``throughput_per_s``: jobs it finished per second over the recent window, floored so
+    that an idle site has a finite ETA; ``eta_s``: ``(backlog + 1) / throughput_per_s``;
+    ``assigned``: the caller's jobs of this app the site already holds (round robin's turn).
+    """
+
+    backlog: int = Field(ge=0, le=INT64_MAX)
+    throughput_per_s: float = Field(gt=0, allow_inf_nan=False)
+    eta_s: float = Field(ge=0, allow_inf_nan=False)
+    assigned: int = Field(0, ge=0, le=INT64_MAX)
+
+
+class SiteChoice(EventData):
+    """Which site ``site: "auto"`` resolved to, by which strategy, among which candidates."""
+
+    strategy: Strategy
+    chosen: SiteSlug
+    candidates: dict[SiteSlug, SiteFigures] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _chosen_is_a_candidate(self) -> SiteChoice:
+        if self.chosen not in self.candidates:
+            raise ValueError(f"chosen site {self.chosen!r} is not among the candidates")
+        return self
