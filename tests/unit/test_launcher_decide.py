@@ -37,8 +37,9 @@ from lodestream.schemas.events import (
     JobRunTimedOut,
     JobStarted,
 )
-from lodestream.schemas.events.job import FinishedData, Placement, RunResultData
+from lodestream.schemas.events.job import CreatedData, FinishedData, Placement, RunResultData
 from lodestream.schemas.fold import JobView, apply
+from lodestream.schemas.placement import SiteChoice, SiteFigures
 from lodestream.schemas.resources import App, AppTransferSlot, JobSpec, TransferSpec
 from lodestream.schemas.states import FINISHED_AT_RUN_END, RUNNABLE, JobState
 
@@ -478,3 +479,12 @@ def test_each_tally_counts_in_its_own_field(tally: Tally) -> None:
 
 def vars_of(report: LauncherReport) -> dict[str, int]:
     return {name: getattr(report, name) for name in report.__slots__ if name != "exit_reason"}
+
+
+def test_a_created_site_choice_is_not_a_difference_in_the_work() -> None:
+    """``site: "auto"`` records its choice in job.created; the work handed on never has it."""
+    figures = SiteFigures(backlog=0, throughput_per_s=1.0, eta_s=1.0)
+    choice = SiteChoice(strategy="round_robin", chosen=SPEC.site, candidates={SPEC.site: figures})
+    created = CreatedData.model_validate({**dict(SPEC), "site_choice": choice})
+    assert decide.not_as_submitted(created, SPEC) is None
+    assert decide.not_as_submitted(created, SPEC.model_copy(update={"app": "other"})) is not None
