@@ -12,6 +12,7 @@ with the API's status, code and message. Example::
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -216,8 +217,33 @@ class LodeClient:
 
     def events_after(self, after_seq: int = 0, limit: int = 1000) -> list[Json]:
         """Job events of your sites after stream sequence ``after_seq`` (a polling feed)."""
+        return list(self.events_page(after_seq, limit)["items"])
+
+    def events_page(self, after_seq: int = 0, limit: int = 1000) -> Json:
+        """One page of the feed: ``items`` and ``next_after_seq``, where the next page starts
+        (it may pass events of other users, and is the feed's end on a short page)."""
         params = {"after_seq": after_seq, "limit": limit}
-        return list(self._request("GET", "/events", params=params)["items"])
+        return self._request("GET", "/events", params=params)
+
+    def follow_events(
+        self,
+        after_seq: int = 0,
+        *,
+        poll_s: float = 1.0,
+        until_caught_up: bool = False,
+        limit: int = 1000,
+    ) -> Iterator[Json]:
+        """Your job events after ``after_seq``, in log order, as they are projected: pages
+        while there are more, then polls every ``poll_s`` seconds (forever, or until the end of
+        the feed with ``until_caught_up``). Stop by breaking out of the loop."""
+        while True:
+            page = self.events_page(after_seq, limit)
+            yield from page["items"]
+            after_seq = int(page["next_after_seq"])
+            if len(page["items"]) < limit:
+                if until_caught_up:
+                    return
+                time.sleep(poll_s)
 
     def ready(self) -> Json:
         """The API's readiness report (NATS, Postgres, projector lag)."""

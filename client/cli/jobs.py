@@ -8,17 +8,38 @@ from typing import Any
 
 import typer
 import yaml
+from rich.progress import MofNCompleteColumn, Progress
 from rich.table import Table
 
-from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
+from lodestream.client.cli.common import (
+    STATE_DIR_OPTION,
+    api_client,
+    console,
+    err_console,
+    parse_pairs,
+)
+from lodestream.client.cli.filters import (
+    APP_OPTION,
+    PARENT_OPTION,
+    SINCE_OPTION,
+    SITE_OPTION,
+    STATE_OPTION,
+    TAG_OPTION,
+    JobFilter,
+)
 from lodestream.client.cli.transfers import transfers_table
+from lodestream.client.sdk import LodeClient
+from lodestream.schemas.placement import DEFAULT_STRATEGY, STRATEGIES
 
 job_app = typer.Typer(help="Submit, list and inspect jobs.")
 
 
+MAX_CHUNK = 5000  # the API's default api.max_jobs_per_request
+
+
 @job_app.command("submit")
 def job_submit(
-    site: str = typer.Option(None, help="Site to run at."),
+    site: str = typer.Option(None, help='Site to run at; "auto" lets lodestream choose.'),
     app: str = typer.Option(None, help="Application name registered at the site."),
     workdir: str = typer.Option(None, help="Working directory, relative to the site's data/."),
     param: list[str] = typer.Option([], "--param", "-p", help="Parameter key=value."),
@@ -26,55 +47,102 @@ def job_submit(
     num_nodes: int = typer.Option(1, min=1),
     ranks_per_node: int = typer.Option(1, min=1),
     wall_time_min: int = typer.Option(0, min=0),
+    strategy: str | None = typer.Option(
+        None, help=f"With --site auto: {', '.join(STRATEGIES)} (default {DEFAULT_STRATEGY})."
+    ),
     file: Path | None = typer.Option(None, "--file", "-f", help="JSON/YAML list of jobs."),
+    chunk_size: int = typer.Option(
+        1000, min=1, max=MAX_CHUNK, help="Jobs per request when submitting a file."
+    ),
     idempotency_key: str | None = typer.Option(None, help="Make a retried submission a no-op."),
     wait: bool = typer.Option(False, help="Return once the jobs are visible in queries."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """Submit one job from options, or a batch from --file."""
+    """Submit one job from options, or many from --file, in chunks, with a progress bar."""
+    if strategy is not None and strategy not in STRATEGIES:
+        raise typer.BadParameter(f"--strategy {strategy!r}: use one of {', '.join(STRATEGIES)}")
     if file is not None:
-        loaded = yaml.safe_load(file.read_text())
-        jobs: list[dict[str, Any]] = loaded if isinstance(loaded, list) else loaded["jobs"]
+        jobs = _load_jobs(file)
     else:
         if not (site and app and workdir):
             raise typer.BadParameter("give --site, --app and --workdir, or --file")
-        jobs = [{
+        job: dict[str, Any] = {
             "site": site, "app": app, "workdir": workdir,
             "parameters": parse_pairs(param, "--param"), "tags": parse_pairs(tag, "--tag"),
             "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
             "wall_time_min": wall_time_min,
-        }]  # fmt: skip
+        }  # fmt: skip
+        if strategy is not None:
+            job["strategy"] = strategy
+        jobs = [job]
     with api_client(state_dir) as client:
-        result = client.submit_jobs(jobs, idempotency_key=idempotency_key, wait=wait)
-    for job in result["jobs"]:
+        submitted = submit_in_chunks(client, jobs, chunk_size, idempotency_key, wait=wait)
+    for job in submitted:
         console.print(
             f"{job['id']}  seq {job['seq']}" + ("  (duplicate)" if job["duplicate"] else "")
         )
 
 
+def _load_jobs(file: Path) -> list[dict[str, Any]]:
+    try:
+        loaded = yaml.safe_load(file.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"--file {file}: {exc}") from exc
+    jobs = loaded.get("jobs") if isinstance(loaded, dict) else loaded
+    if not isinstance(jobs, list) or not all(isinstance(j, dict) for j in jobs):
+        raise typer.BadParameter(f"--file {file}: expected a list of jobs (or {{jobs: [...]}})")
+    return jobs
+
+
+def submit_in_chunks(
+    client: LodeClient,
+    jobs: list[dict[str, Any]],
+    chunk_size: int,
+    idempotency_key: str | None,
+    *,
+    wait: bool,
+) -> list[dict[str, Any]]:
+    """One request per ``chunk_size`` jobs, a bar on stderr advancing as each is accepted
+    (with ``wait``: as each is visible in queries). Each chunk's key is derived from
+    ``idempotency_key``, so rerunning the same command with the same chunk size is a no-op.
+
+    Parents must be in the same chunk as their children or submitted before them.
+    """
+    chunks = [jobs[i : i + chunk_size] for i in range(0, len(jobs), chunk_size)]
+    done: list[dict[str, Any]] = []
+    verb = "submitted, visible" if wait else "submitted"
+    with Progress(*Progress.get_default_columns(), MofNCompleteColumn(), console=err_console,
+                  transient=True, disable=len(chunks) == 1) as progress:  # fmt: skip
+        task = progress.add_task(verb, total=len(jobs))
+        for n, chunk in enumerate(chunks):
+            key = idempotency_key if idempotency_key is None or len(chunks) == 1 else (
+                f"{idempotency_key}/{n}")  # fmt: skip
+            done.extend(client.submit_jobs(chunk, idempotency_key=key, wait=wait)["jobs"])
+            progress.advance(task, len(chunk))
+    return done
+
+
 @job_app.command("ls")
 def job_ls(
-    site: str | None = None,
-    app: str | None = None,
-    state: list[str] = typer.Option([], help="Filter by state (repeatable)."),
-    tag: list[str] = typer.Option([], help="Filter by tag key:value (repeatable)."),
+    site: str | None = SITE_OPTION,
+    app: str | None = APP_OPTION,
+    state: list[str] = STATE_OPTION,
+    tag: list[str] = TAG_OPTION,
+    since: str | None = SINCE_OPTION,
+    parent: str | None = PARENT_OPTION,
     limit: int = typer.Option(50, min=1),
-    as_json: bool = typer.Option(False, "--json", help="Print JSON lines."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object per line."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """List your jobs, newest first."""
-    filters: dict[str, Any] = {k: v for k, v in {"site": site, "app": app}.items() if v}
-    if state:
-        filters["state"] = state
-    if tag:
-        filters["tag"] = tag
+    filters = JobFilter.from_options(site, app, state, tag, since, parent)
     table = Table("id", "site", "app", "state", "workdir", "updated")
     with api_client(state_dir) as client:
-        for n, job in enumerate(client.list_jobs(page_size=min(limit, 500), **filters)):
+        for n, job in enumerate(client.list_jobs(page_size=min(limit, 500), **filters.params())):
             if n >= limit:
                 break
             if as_json:
-                console.print_json(json.dumps(job))
+                typer.echo(json.dumps(job))
             else:
                 table.add_row(job["id"], job["site"], job["app"], job["state"], job["workdir"],
                               str(job["updated_at"]))  # fmt: skip
@@ -99,19 +167,3 @@ def job_show(job_id: str, state_dir: Path = STATE_DIR_OPTION) -> None:
             event.get("to_state") or "", event["actor"], str(event["occurred_at"]),
         )  # fmt: skip
     console.print(table)
-
-
-@job_app.command("kill")
-def job_kill(job_id: str, reason: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
-    """Kill a job that is not final; a running task is stopped by its pilot."""
-    with api_client(state_dir) as client:
-        result = client.kill_job(job_id, reason)
-    console.print(f"{job_id}: {result.get('state', 'KILLED')}")
-
-
-@job_app.command("reset")
-def job_reset(job_id: str, reason: str = "", state_dir: Path = STATE_DIR_OPTION) -> None:
-    """Send a FAILED or KILLED job back to READY."""
-    with api_client(state_dir) as client:
-        result = client.reset_job(job_id, reason)
-    console.print(f"{job_id}: {result.get('state', 'READY')}")

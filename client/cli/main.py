@@ -4,7 +4,17 @@ from __future__ import annotations
 
 import typer
 
-from lodestream.client.cli import jobs, queue, services, site, stack, transfers
+from lodestream.client.cli import (
+    apps,
+    events,
+    job_actions,
+    jobs,
+    queue,
+    services,
+    site,
+    stack,
+    transfers,
+)
 
 app = typer.Typer(
     name="lode",
@@ -21,7 +31,11 @@ app.add_typer(services.user_app, name="user")
 site.site_app.command("transfers")(transfers.site_transfers)  # beside the other transfer views
 app.add_typer(site.site_app, name="site")
 app.command("launcher")(site.launcher)
+jobs.job_app.command("kill")(job_actions.job_kill)
+jobs.job_app.command("reset")(job_actions.job_reset)
 app.add_typer(jobs.job_app, name="job")
+app.add_typer(apps.app_app, name="app")
+app.command("events")(events.events)
 app.add_typer(queue.queue_app, name="queue")
 
 if __name__ == "__main__":

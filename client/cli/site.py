@@ -133,10 +133,16 @@ def site_register(name: str, description: str = "", state_dir: Path = STATE_DIR_
 
 
 @site_app.command("ls")
-def site_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
+def site_ls(
+    as_json: bool = typer.Option(False, "--json", help="Print the API's JSON array."),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
     """List your sites."""
     with api_client(state_dir) as client:
         sites = client.list_sites()
+    if as_json:
+        typer.echo(json.dumps(sites))
+        return
     table = Table("name", "description", "transfer locations", "created")
     for site in sites:
         locations = ", ".join(sorted(site.get("transfer_locations") or {}))
