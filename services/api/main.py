@@ -24,7 +24,9 @@ from lodestream.services.api.routes import (
     health,
     jobs,
     sites,
+    stream,
     transfers,
+    ui,
 )
 from lodestream.settings import Settings
 
@@ -64,7 +66,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_size=MAX_BODY_BYTES,
     )
     errors.install(app)
-    for module in (jobs, actions, sites, apps, batch, transfers, events, health):
+    for module in (jobs, actions, sites, apps, batch, transfers, events, stream, ui, health):
         app.include_router(module.router)
     return app
 
