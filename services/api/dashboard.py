@@ -22,6 +22,8 @@ from lodestream.services.projector.position import applied_seq
 
 MAX_TRACKED_JOBS: Final = 20_000  # unfinished jobs whose state the page follows one by one
 RECENT_FAILURES: Final = 20
+# A run that errored is a failure to show even while its site decides whether to retry it.
+FAILURES: Final = ("FAILED", "RUN_ERROR")
 
 TARGETS: Final = {t.event: (t.target.value if t.target else None) for t in TRANSITIONS.values()}
 """Each job event type and the state it leads to (None: the state does not change)."""
@@ -67,8 +69,15 @@ async def snapshot(engine: AsyncEngine, owner: str) -> dict[str, Any]:
                 .order_by(sessions.c.opened_at)
             )
             failures = await conn.execute(
-                select(jobs.c.id, jobs.c.site, jobs.c.app, jobs.c.last_error, jobs.c.last_seq)
-                .where(jobs.c.owner == owner, jobs.c.state == "FAILED")
+                select(
+                    jobs.c.id,
+                    jobs.c.site,
+                    jobs.c.app,
+                    jobs.c.state,
+                    jobs.c.last_error,
+                    jobs.c.last_seq,
+                )
+                .where(jobs.c.owner == owner, jobs.c.state.in_(FAILURES))
                 .order_by(jobs.c.last_seq.desc())
                 .limit(RECENT_FAILURES)
             )
@@ -96,6 +105,7 @@ def _failure(row: Any) -> dict[str, Any]:
         "job_id": str(row.id),
         "site": row.site,
         "app": row.app,
+        "state": row.state,
         "cause": row.last_error or "",
         "seq": row.last_seq,
     }

@@ -13,7 +13,7 @@ const $ = (id) => document.getElementById(id);
 const S = {
   position: 0, counts: {}, jobs: {}, cores: {}, sessions: {}, failures: [],
   finished: {}, failed: {}, finishTimes: {}, targets: {}, final: new Set(),
-  history: null, feed: null,
+  history: null, feed: null, pushed: 0,
 };
 
 function el(tag, text, cls) {
@@ -82,6 +82,7 @@ function placementCores(placement) {
 }
 
 function apply(ev) {
+  S.pushed += 1;
   S.position = Math.max(S.position, ev.seq);
   const [kind] = ev.type.split(".");
   if (kind === "job") applyJob(ev);
@@ -107,12 +108,18 @@ function applyJob(ev) {
   if (target === "JOB_FINISHED") {
     S.finished[site] = (S.finished[site] || 0) + 1;
     (S.finishTimes[site] ||= []).push(Date.now() / 1000);
-  } else if (target === "FAILED") {
-    S.failed[site] = (S.failed[site] || 0) + 1;
-    const cause = [ev.data.reason, ...(ev.data.cause || [])].filter(Boolean).join(": ");
-    S.failures.unshift({ job_id: id, site, app: "", cause, seq: ev.seq, at: ev.occurred_at });
+  } else if (target === "FAILED" || target === "RUN_ERROR") {
+    if (target === "FAILED") S.failed[site] = (S.failed[site] || 0) + 1;
+    S.failures = S.failures.filter((f) => f.job_id !== id);
+    S.failures.unshift({ job_id: id, site, state: target, cause: causeOf(ev.data), seq: ev.seq });
     S.failures.length = Math.min(S.failures.length, MAX_FAILURES);
   }
+}
+
+function causeOf(data) {
+  const said = [data.reason, ...(data.cause || [])].filter(Boolean).join(": ");
+  const code = data.return_code === undefined || data.return_code === null ? "" : `exit ${data.return_code}`;
+  return said || [code, (data.stderr_tail || "").trim()].filter(Boolean).join(": ");
 }
 
 // --- drawing -----------------------------------------------------------------------------
@@ -162,6 +169,7 @@ function render() {
   scheduled = false;
   const now = Date.now() / 1000;
   $("position").textContent = S.position;
+  $("pushed").textContent = S.pushed;
   const body = $("sites").tBodies[0];
   body.replaceChildren();
   for (const site of Object.keys(S.counts).sort()) {
@@ -204,7 +212,7 @@ function render() {
   failures.replaceChildren();
   for (const f of S.failures) {
     const item = el("li");
-    item.append(jobLink(f.job_id), el("span", ` at ${f.site}`), el("span", f.cause || "(no cause recorded)", "cause"));
+    item.append(jobLink(f.job_id), el("span", ` ${f.state} at ${f.site}`), el("span", f.cause || "(no cause recorded)", "cause"));
     failures.append(item);
   }
   if (!S.failures.length) failures.append(el("li", "none"));
