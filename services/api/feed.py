@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import Final
 
@@ -31,6 +32,7 @@ from nats.js.errors import NotFoundError
 
 from lodestream.eventlog.pull import PullConsumer
 from lodestream.schemas.codec import to_document
+from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.trust import event_from_message
@@ -42,15 +44,49 @@ log = logging.getLogger(__name__)
 RETRY_MS: Final = 1000  # how soon a browser reconnects after a lag or a restart
 MAX_FETCH: Final = 256
 CLOSE_TIMEOUT_S: Final = 2.0
+FRAME_CACHE_SIZE: Final = 8192
+
+
+class FrameCache:
+    """The checked event and its SSE frame by stream sequence, shared by every client.
+
+    Clients of a busy dashboard read the same events at about the same time: each is
+    decoded, checked and serialised once, not once per client. One per app (its stream).
+    """
+
+    def __init__(self, size: int = FRAME_CACHE_SIZE) -> None:
+        self._size = size
+        self._frames: OrderedDict[int, tuple[Event, bytes] | None] = OrderedDict()
+
+    def get(self, seq: int, subject: str, data: bytes) -> tuple[Event, bytes] | None:
+        if seq in self._frames:
+            return self._frames[seq]
+        try:
+            event = event_from_message(subject, data)
+        except Untrusted as exc:
+            log.warning("push feed: refused %s (seq %d): %s", subject, seq, exc)
+            found = None
+        else:
+            found = (event, event_frame(seq, {"seq": seq, **to_document(event)}))
+        self._frames[seq] = found
+        if len(self._frames) > self._size:
+            self._frames.popitem(last=False)
+        return found
 
 
 class LiveFeed:
     """Open with :meth:`open`, iterate :meth:`frames`, always :meth:`close`."""
 
     def __init__(
-        self, js: JetStreamContext, chosen: FeedFilter, after_seq: int, settings: StreamSettings
+        self,
+        js: JetStreamContext,
+        chosen: FeedFilter,
+        after_seq: int,
+        settings: StreamSettings,
+        cache: FrameCache,
     ) -> None:
         self._js = js
+        self._cache = cache
         self._filter = chosen
         self._settings = settings
         self._queue: asyncio.Queue[bytes] = asyncio.Queue(settings.queue_size)
@@ -159,14 +195,10 @@ class LiveFeed:
     def _frame(self, msg: Msg) -> bytes | None:
         seq = int(msg.metadata.sequence.stream)
         self._seen_seq = seq
-        try:
-            event = event_from_message(msg.subject, msg.data)
-        except Untrusted as exc:
-            log.warning("push feed: refused %s (seq %d): %s", msg.subject, seq, exc)
+        found = self._cache.get(seq, msg.subject, msg.data)
+        if found is None or not self._filter.accepts(found[0]):
             return None
-        if not self._filter.accepts(event):
-            return None
-        return event_frame(seq, {"seq": seq, **to_document(event)})
+        return found[1]
 
 
 def event_frame(seq: int, document: dict[str, object]) -> bytes:

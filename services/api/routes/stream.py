@@ -67,7 +67,7 @@ async def event_stream(
     if not chosen.sites:
         idle = _nothing(ctx.settings.api.stream.heartbeat_s)
         return StreamingResponse(idle, media_type="text/event-stream", headers=SSE_HEADERS)
-    feed = LiveFeed(ctx.js, chosen, after, ctx.settings.api.stream)
+    feed = LiveFeed(ctx.js, chosen, after, ctx.settings.api.stream, request.app.state.frames)
     await feed.open()
     return StreamingResponse(_streamed(feed), media_type="text/event-stream", headers=SSE_HEADERS)
 
