@@ -45,6 +45,7 @@ RETRY_MS: Final = 1000  # how soon a browser reconnects after a lag or a restart
 MAX_FETCH: Final = 256
 CLOSE_TIMEOUT_S: Final = 2.0
 FRAME_CACHE_SIZE: Final = 8192
+MAX_WRITE: Final = 256  # frames per write to the client
 
 
 class FrameCache:
@@ -142,13 +143,19 @@ class LiveFeed:
             if self._interrupted and self._queue.empty():
                 yield interrupted_frame(self._sent_seq)
                 return
-            frame = await self._queue.get()
-            if not frame:
-                continue
+            # Whatever else is queued goes in the same write: one send per batch, not per
+            # event, is what lets one api serve many clients of a busy log.
+            frames = [await self._queue.get()]
+            while len(frames) < MAX_WRITE and not self._queue.empty():
+                frames.append(self._queue.get_nowait())
             self._taken.set()
-            if frame.startswith(b"id: "):
-                self._sent_seq = int(frame[4 : frame.index(b"\n")])
-            yield frame
+            for frame in reversed(frames):
+                if frame.startswith(b"id: "):
+                    self._sent_seq = int(frame[4 : frame.index(b"\n")])
+                    break
+            chunk = b"".join(frames)
+            if chunk:
+                yield chunk
 
     async def _run_pump(self) -> None:
         try:
