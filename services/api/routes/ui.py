@@ -24,6 +24,7 @@ from lodestream.services.api.deps import Context, token_hash
 from lodestream.services.api.errors import (
     InvalidInput,
     NotFound,
+    TooLarge,
     Unauthorized,
     Unavailable,
     documented,
@@ -73,7 +74,9 @@ class Login(BaseModel):
 
 
 @router.post(
-    "/ui/session", status_code=204, responses=documented(Unauthorized, InvalidInput, Unavailable)
+    "/ui/session",
+    status_code=204,
+    responses=documented(Unauthorized, InvalidInput, TooLarge, Unavailable),
 )
 async def log_in(body: Login, request: Request, ctx: Context) -> Response:
     """Trade an API token for the dashboard's read-only session cookie (HttpOnly)."""
