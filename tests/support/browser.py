@@ -21,7 +21,7 @@ from typing import Any, Final
 import aiohttp
 
 from tests.fixtures.ports import free_port
-from tests.support.processes import terminate
+from tests.support.stack import kill_group
 
 START_TIMEOUT_S: Final = 30.0
 
@@ -67,7 +67,8 @@ async def headless_page(url: str, *, width: int = 1400, height: int = 1100) -> A
     binary = chromium_path()
     assert binary is not None, "chromium is missing: run `make ui-deps` (as root)"
     port = free_port()
-    with tempfile.TemporaryDirectory(prefix="chromium-") as profile:
+    # Chromium's helper processes may still be exiting when the profile is removed.
+    with tempfile.TemporaryDirectory(prefix="chromium-", ignore_cleanup_errors=True) as profile:
         argv = [
             binary, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
             "--no-first-run", f"--user-data-dir={profile}", f"--remote-debugging-port={port}",
@@ -75,7 +76,11 @@ async def headless_page(url: str, *, width: int = 1400, height: int = 1100) -> A
             "about:blank",
         ]  # fmt: skip
         proc = await asyncio.to_thread(
-            subprocess.Popen, argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            subprocess.Popen,
+            argv,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its renderers and helpers go with it
         )
         try:
             async with aiohttp.ClientSession() as http:
@@ -86,7 +91,7 @@ async def headless_page(url: str, *, width: int = 1400, height: int = 1100) -> A
                     await page.call("Page.navigate", url=url)
                     yield page
         finally:
-            terminate(proc)
+            kill_group(proc)
 
 
 async def _page_target(http: aiohttp.ClientSession, port: int) -> str:
