@@ -47,6 +47,16 @@ xfer-deps: ## Install rsync and OpenSSH for the transfer tests (rsync over a loo
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(XFER_PACKAGES); \
 	fi
 
+.PHONY: ui-deps
+ui-deps: ## Install Debian's Chromium for the dashboard's headless browser test (as root)
+	@if command -v chromium >/dev/null; then \
+	  echo "Chromium is installed: $$(chromium --version)"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "run as root: sudo make ui-deps" >&2; exit 1; \
+	else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium; \
+	fi
+
 .PHONY: lint
 lint: $(STAMP) ## ruff (lint + format check) and mypy --strict
 	$(BIN)/ruff check .

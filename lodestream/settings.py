@@ -28,6 +28,20 @@ class NatsSettings(BaseModel):
     name: str = "lodestream"
 
 
+class StreamSettings(BaseModel):
+    """The push feed (``/events/stream``): what one client may hold of the server."""
+
+    # Events waiting for one client; when it stays full for lag_s the client is told it
+    # lagged and is disconnected, to resume from its Last-Event-ID.
+    queue_size: int = Field(1000, ge=1, le=100_000)
+    lag_s: float = Field(5.0, gt=0, le=600)
+    # A comment at least this often keeps proxies from closing an idle stream.
+    heartbeat_s: float = Field(15.0, gt=0, le=300)
+    # An abandoned consumer (an api killed mid-stream) is removed by nats-server after this.
+    inactive_s: float = Field(30.0, ge=1, le=3600)
+    session_hours: float = Field(8.0, gt=0, le=24 * 30)  # the dashboard's login cookie
+
+
 class ApiSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(8400, ge=0, le=65535)
@@ -37,6 +51,7 @@ class ApiSettings(BaseModel):
     # Keys the ids of idempotent submissions; every api instance needs the same value.
     # Unset: the control plane's NATS password. Changing it changes those ids.
     id_secret: SecretStr | None = None
+    stream: StreamSettings = StreamSettings()
 
 
 class ProjectorSettings(BaseModel):

@@ -16,6 +16,7 @@ from lodestream.infra.postgres.migrate import sqlalchemy_url
 from lodestream.natsconn import connect
 from lodestream.services.api import errors
 from lodestream.services.api.deps import ApiContext
+from lodestream.services.api.feed import FrameCache
 from lodestream.services.api.routes import (
     actions,
     apps,
@@ -24,7 +25,9 @@ from lodestream.services.api.routes import (
     health,
     jobs,
     sites,
+    stream,
     transfers,
+    ui,
 )
 from lodestream.settings import Settings
 
@@ -64,7 +67,8 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_size=MAX_BODY_BYTES,
     )
     errors.install(app)
-    for module in (jobs, actions, sites, apps, batch, transfers, events, health):
+    app.state.frames = FrameCache()  # the push feed's, shared by its clients
+    for module in (jobs, actions, sites, apps, batch, transfers, events, stream, ui, health):
         app.include_router(module.router)
     return app
 

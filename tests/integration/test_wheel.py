@@ -83,6 +83,8 @@ def test_the_wheel_holds_one_top_level_name(installed: tuple[Path, Path, dict[st
     assert "lodestream/infra/postgres/roles.sql" in names
     assert "lodestream/agents/site/apps/examples/eigh.py" in names
     assert "lodestream/platform_adapters/compute/machines/polaris.yaml" in names
+    for asset in ("index.html", "dashboard.js", "dashboard.css"):  # the dashboard, /ui
+        assert f"lodestream/services/api/ui/{asset}" in names
     assert scripts.split() == ["[console_scripts]", "lode", "=", "lodestream.client.cli.main:app"]
 
 

@@ -1,0 +1,111 @@
+"""``/events/stream``: the push feed of the caller's sites' events, as server-sent events.
+
+For browsers and for clients that cannot reach NATS. Each event is one SSE message whose
+``id`` is its stream sequence and whose ``data`` is the event's JSON with ``seq`` added; a
+client resumes after a sequence with the ``Last-Event-ID`` header (what EventSource sends
+when it reconnects) or ``?since=``. Without either the feed starts at the end of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Annotated, Final
+
+import anyio
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import StreamingResponse
+
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api import queries
+from lodestream.services.api.deps import Context
+from lodestream.services.api.errors import (
+    InvalidInput,
+    NotFound,
+    Unauthorized,
+    Unavailable,
+    documented,
+)
+from lodestream.services.api.feed import LiveFeed
+from lodestream.services.api.feedfilter import FILTER_NAMES, parse_filter
+from lodestream.services.api.models import SEQ_MAX
+from lodestream.services.api.uisession import Viewer
+
+router = APIRouter(tags=["events"])
+
+SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+_DESCRIPTION = f"""Server-sent events (``text/event-stream``) of the caller's sites.
+
+Filters (each may repeat; an unknown name is refused with 422): {", ".join(FILTER_NAMES)}.
+Resume with the ``Last-Event-ID`` header or ``since`` (a stream sequence; the header wins).
+A client that cannot keep up receives ``event: lagged`` with ``last_seq`` and is
+disconnected; it resumes from there. Comments (``: keepalive``) keep idle streams open.
+Authenticated by bearer token, or by the dashboard's session cookie (``/ui``).
+"""
+
+
+@router.get(
+    "/events/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
+        **documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+    },
+    description=_DESCRIPTION,
+)
+async def event_stream(
+    request: Request,
+    user: Viewer,
+    ctx: Context,
+    last_event_id: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> StreamingResponse:
+    query = {name: request.query_params.getlist(name) for name in request.query_params}
+    async with ctx.engine.connect() as conn:
+        own = [r["name"] for r in await queries.list_sites(conn, user, include_removed=False)]
+    chosen = parse_filter(query, own)
+    after = await _resume_point(ctx, last_event_id, query.get("since", []))
+    if not chosen.sites:
+        idle = _nothing(ctx.settings.api.stream.heartbeat_s)
+        return StreamingResponse(idle, media_type="text/event-stream", headers=SSE_HEADERS)
+    feed = LiveFeed(ctx.js, chosen, after, ctx.settings.api.stream, request.app.state.frames)
+    await feed.open()
+    return StreamingResponse(_streamed(feed), media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+async def _resume_point(ctx: Context, header: str | None, since: list[str]) -> int:
+    """The sequence to resume after; the end of the log when the client names none."""
+    last = int((await ctx.js.stream_info(EVENTS_STREAM)).state.last_seq)
+    if header is not None and header.strip():
+        raw, where = header.strip(), "Last-Event-ID"
+    elif since:
+        raw, where = since[-1], "since"
+    else:
+        return last
+    if not raw.isdigit() or int(raw) > SEQ_MAX:
+        raise InvalidInput(f"{where} must be a stream sequence (a whole number), got {raw!r}")
+    if int(raw) > last:
+        raise InvalidInput(
+            f"{where} {int(raw)} is beyond the end of the event log (its last sequence is "
+            f"{last}); resume from at most {last}, or omit it to start at the end",
+            {"last_seq": last},
+        )
+    return int(raw)
+
+
+async def _streamed(feed: LiveFeed) -> AsyncIterator[bytes]:
+    try:
+        async for frame in feed.frames():
+            yield frame
+    finally:
+        # Starlette cancels the response when the client goes; the consumer must still be
+        # deleted, so the release runs shielded from that cancellation.
+        with anyio.CancelScope(shield=True):
+            await feed.close()
+
+
+async def _nothing(heartbeat_s: float) -> AsyncIterator[bytes]:
+    # A caller with no site has no events; the stream says so and stays open like any other.
+    yield b": no sites: nothing to stream\n\n"
+    while True:
+        await anyio.sleep(heartbeat_s)
+        yield b": keepalive\n\n"

@@ -1,0 +1,266 @@
+"""``/events/stream`` over real HTTP (uvicorn on loopback), real NATS and Postgres.
+
+Resume from ``Last-Event-ID``, scoping to the caller's sites, refusals of bad input, a
+slow client told it lagged, and consumers released when clients go; and the dashboard's
+login cookie, which only the read-only routes accept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+import socket
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from nats.js import JetStreamContext
+
+from lodestream.eventlog import EventLog
+from lodestream.schemas.events.app import AppRegistered
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import App
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api.main import create_app
+from lodestream.services.api.users import revoke_tokens
+from lodestream.settings import StreamSettings
+from tests.fixtures.api import ApiHarness, api_client, api_settings, running_projector, served
+from tests.fixtures.nats import RunningNats
+
+WAIT_S = 20.0
+
+
+@pytest.fixture
+async def api(
+    nats_server: RunningNats, database_url: str, js: JetStreamContext
+) -> AsyncIterator[ApiHarness]:
+    # A tiny queue and a short patience, so a stalled client lags within the test.
+    stream = StreamSettings(queue_size=8, lag_s=0.3, heartbeat_s=0.5)
+    settings = api_settings(nats_server, database_url, max_jobs_per_request=50, stream=stream)
+    app = create_app(settings)
+    async with running_projector(js, database_url) as projector, api_client(app) as client:
+        yield ApiHarness(client, app, settings, js, nats_server, projector)
+
+
+@pytest.fixture
+async def base_url(api: ApiHarness) -> AsyncIterator[str]:
+    async with served(api) as url:
+        yield url
+
+
+async def read_events(
+    url: str, headers: dict[str, str], count: int, **params: Any
+) -> list[dict[str, Any]]:
+    """The first ``count`` events of a stream (ids checked against the seq in the data)."""
+    events: list[dict[str, Any]] = []
+    async with (
+        asyncio.timeout(WAIT_S),
+        httpx.AsyncClient(base_url=url) as client,
+        client.stream("GET", "/events/stream", headers=headers, params=params) as response,
+    ):
+        assert response.status_code == 200, await response.aread()
+        assert response.headers["content-type"].startswith("text/event-stream")
+        event_id = None
+        async for line in response.aiter_lines():
+            if line.startswith("id: "):
+                event_id = int(line[4:])
+            elif line.startswith("data: "):
+                event = orjson.loads(line[6:])
+                assert event["seq"] == event_id
+                events.append(event)
+                if len(events) == count:
+                    break
+    return events
+
+
+async def consumers(js: JetStreamContext) -> int:
+    return int((await js.stream_info(EVENTS_STREAM)).state.consumer_count)
+
+
+def job(n: int, site: str = "alpha") -> dict[str, Any]:
+    return {"site": site, "app": "sim", "workdir": f"runs/{n}"}
+
+
+async def test_the_feed_resumes_from_last_event_id_with_only_the_callers_sites(
+    api: ApiHarness, base_url: str
+) -> None:
+    start = await api.register_site("ada", "alpha")
+    await api.register_site("bob", "beta")
+    await api.register_app(App(site="alpha", name="sim"))
+    await api.register_app(App(site="beta", name="sim"))
+    assert (await api.submit("ada", [job(n) for n in range(3)])).status_code == 201
+    assert (await api.submit("bob", [job(9, "beta")])).status_code == 201
+    ada = api.user("ada")
+
+    first = await read_events(base_url, ada, 3, since=start - 1)
+    assert [e["type"] for e in first] == ["site.registered", "app.registered", "job.created"]
+    assert first[0]["seq"] == start
+    assert (await api.submit("ada", [job(n) for n in range(3, 5)])).status_code == 201
+
+    # What an EventSource sends on reconnect; it wins over the since= of the original URL.
+    resumed = await read_events(
+        base_url, {**ada, "Last-Event-ID": str(first[-1]["seq"])}, 4, since=0
+    )
+    seqs = [e["seq"] for e in first + resumed]
+    assert seqs == sorted(set(seqs)), "no event twice, in log order"
+    assert {e["site"] for e in first + resumed} == {"alpha"}, "never another user's site"
+    assert [e["type"] for e in resumed] == ["job.created"] * 4
+
+    # Job ids and types narrow the same feed.
+    one = resumed[-1]["aggregate_id"]
+    only = await read_events(base_url, ada, 1, since=start, job=one, type="job.created")
+    assert [e["aggregate_id"] for e in only] == [one]
+
+
+@pytest.mark.parametrize(
+    ("params", "headers", "status", "message"),
+    [
+        ({"sites": "alpha"}, {}, 422, "unknown filter 'sites'"),
+        ({"kind": "jobs"}, {}, 422, "unknown kind 'jobs'"),
+        ({"type": "job.done"}, {}, 422, "unknown event type 'job.done'"),
+        ({"job": "nope"}, {}, 422, "a job filter must be a job id"),
+        ({"site": "beta"}, {}, 404, "site 'beta' not found"),
+        ({"since": "99999999"}, {}, 422, "beyond the end of the event log"),
+        ({}, {"Last-Event-ID": "99999999"}, 422, "Last-Event-ID 99999999 is beyond the end"),
+        ({}, {"Last-Event-ID": "x1"}, 422, "must be a stream sequence"),
+    ],
+)
+async def test_bad_requests_are_refused_clearly(
+    api: ApiHarness,
+    params: dict[str, str],
+    headers: dict[str, str],
+    status: int,
+    message: str,
+) -> None:
+    await api.register_site("ada", "alpha")
+    await api.register_site("bob", "beta")
+    response = await api.client.get(
+        "/events/stream", params=params, headers={**api.user("ada"), **headers}
+    )
+    assert response.status_code == status, response.text
+    assert message in response.json()["error"]["message"]
+    assert (await api.client.get("/events/stream")).status_code == 401
+
+
+def raw_request(port: int, path: str, token: str) -> socket.socket:
+    """A client that sends one request and then reads nothing: a tiny receive buffer."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(
+        f"GET {path} HTTP/1.1\r\nHost: api\r\nAuthorization: Bearer {token}\r\n\r\n".encode()
+    )
+    return sock
+
+
+async def test_a_stalled_client_is_told_it_lagged_and_releases_its_consumer(
+    api: ApiHarness, base_url: str
+) -> None:
+    start = await api.register_site("ada", "alpha")
+    api.user("ada")
+    before = await consumers(api.js)
+    port = int(base_url.rsplit(":", 1)[1])
+    sock = raw_request(port, f"/events/stream?since={start}", api.tokens["ada"])
+    try:
+        async with asyncio.timeout(WAIT_S):
+            while await consumers(api.js) == before:
+                await asyncio.sleep(0.02)
+        # Some 12 MB of events: far more than the socket buffers and the queue hold.
+        log = EventLog(api.js)
+        padding = "x" * 40_000
+        for n in range(300):
+            app = App(site="alpha", name=f"app{n}", description=padding)
+            event = AppRegistered.create(
+                site="alpha", aggregate_id=uuid7(), actor="site:alpha", data=app
+            )
+            await log.append(event, expect=None)
+        await asyncio.sleep(1.0)  # longer than lag_s: the api gives up on this client
+        sock.setblocking(False)
+        received = await read_all(sock)
+    finally:
+        sock.close()
+    text = received.decode(errors="replace")
+    assert "event: lagged" in text, text[-500:]
+    ids = [int(line[4:]) for line in text.splitlines() if line.startswith("id: ")]
+    found = re.search(r"event: lagged\ndata: (\{.*?\})\n", text)
+    assert found is not None, text[-500:]
+    lagged = orjson.loads(found.group(1))
+    assert lagged["last_seq"] == ids[-1], "lagged names the last event it was sent"
+    assert ids[-1] < start + 300, "it was cut off before the end, not fed everything"
+    async with asyncio.timeout(WAIT_S):
+        while await consumers(api.js) != before:
+            await asyncio.sleep(0.05)
+
+
+async def read_all(sock: socket.socket) -> bytes:
+    """Everything the server sent until it closed the connection."""
+    loop = asyncio.get_running_loop()
+    chunks: list[bytes] = []
+    async with asyncio.timeout(WAIT_S):
+        while chunk := await loop.sock_recv(sock, 1 << 16):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def test_a_client_that_goes_releases_its_consumer(api: ApiHarness, base_url: str) -> None:
+    await api.register_site("ada", "alpha")
+    before = await consumers(api.js)
+    headers = api.user("ada")
+    async with httpx.AsyncClient(base_url=base_url) as client:
+        for _ in range(3):
+            async with client.stream("GET", "/events/stream", headers=headers) as response:
+                assert response.status_code == 200
+                lines = response.aiter_lines()
+                assert (await anext(lines)).startswith("retry: ")
+                assert await consumers(api.js) == before + 1
+    async with asyncio.timeout(WAIT_S):
+        while await consumers(api.js) != before:
+            await asyncio.sleep(0.05)
+
+
+async def test_dashboard_cookie_is_read_only_and_ends_with_its_token(
+    api: ApiHarness, base_url: str
+) -> None:
+    start = await api.register_site("ada", "alpha")
+    await api.register_app(App(site="alpha", name="sim"))
+    assert (await api.submit("ada", [job(n) for n in range(2)])).status_code == 201
+    page = await api.client.get("/ui")
+    assert page.status_code == 200
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    for name in ("dashboard.js", "dashboard.css"):
+        assert (await api.client.get(f"/ui/static/{name}")).status_code == 200
+    assert (await api.client.get("/ui/static/..%2Fmain.py")).status_code == 404
+
+    token = api.tokens["ada"]
+    refused = await api.client.post("/ui/session", json={"token": "not-a-token"})
+    assert refused.status_code == 401
+    async with httpx.AsyncClient(base_url=base_url) as browser:
+        login = await browser.post("/ui/session", json={"token": token})
+        assert login.status_code == 204
+        cookie = login.headers["set-cookie"]
+        assert "HttpOnly" in cookie
+        assert "SameSite=strict" in cookie
+        assert token not in cookie
+        summary = (await browser.get("/ui/api/summary")).json()
+        assert summary["user"] == "ada"
+        assert sum(summary["counts"]["alpha"].values()) == 2
+        assert summary["position"] >= start
+        jobs = (await browser.get("/ui/api/jobs", params={"site": "alpha"})).json()
+        assert len(jobs) == 2
+        history = (await browser.get(f"/ui/api/jobs/{jobs[0]['id']}/events")).json()
+        assert history[0]["type"] == "job.created"
+        async with browser.stream("GET", "/events/stream", params={"since": start}) as stream:
+            assert stream.status_code == 200
+        # The cookie is no bearer token: routes that take one do not accept it.
+        assert (await browser.get("/jobs")).status_code == 401
+        assert (await browser.post("/jobs", json={"jobs": [job(7)]})).status_code == 401
+        # Revoking the token ends the session at once.
+        revoke_tokens(api.settings.database_url, "ada")
+        gone = await browser.get("/ui/api/summary")
+        assert gone.status_code == 401
+        assert "revoked" in gone.json()["error"]["message"]
+    with contextlib.suppress(KeyError):
+        del api.tokens["ada"]
