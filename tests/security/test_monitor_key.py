@@ -76,11 +76,12 @@ async def test_monitoring_key_reads_own_site_and_nothing_else(
     async with monitor_connection(secure_nats, credential, v) as nc:
         # Its own site: a consumer, and a pull of its events.
         made = await try_publish(nc, v, create_subject(mine, "alpha"), create(mine, "evt.alpha.>"))
-        assert not made.refused and "error" not in made.json, made.answer
+        assert not made.refused
+        assert "error" not in made.json, made.answer
         pulled = await try_publish(
             nc, v, f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{mine}", b'{"batch": 1}'
         )
-        assert not pulled.refused and pulled.answer.startswith("{"), pulled.answer
+        assert not pulled.refused
         assert json.loads(pulled.answer)["type"] == "job.created"
 
         denied: list[tuple[str, bytes]] = [
