@@ -23,6 +23,7 @@ from lodestream.services.api.routes import (
     events,
     health,
     jobs,
+    monitoring,
     sites,
     transfers,
 )
@@ -64,7 +65,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_size=MAX_BODY_BYTES,
     )
     errors.install(app)
-    for module in (jobs, actions, sites, apps, batch, transfers, events, health):
+    for module in (jobs, actions, sites, apps, batch, transfers, events, monitoring, health):
         app.include_router(module.router)
     return app
 
