@@ -15,9 +15,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lodestream.client.errors import WatchError
 from lodestream.infra.nats.auth import new_user_seed, user_public_key
+
+if TYPE_CHECKING:
+    from lodestream.client.sdk import LodeClient
 
 USER_MONITOR_FILE = Path("~/.config/lodestream/monitor.json").expanduser()
 
@@ -68,3 +72,33 @@ def find_credential(state_dir: Path | None = None) -> Path | None:
         if path.exists():
             return path
     return None
+
+
+def ensure_credential(
+    client: LodeClient,
+    path: Path,
+    nats_url: str | None,
+    ca_file: Path | None,
+    *,
+    renew: bool = False,
+) -> tuple[MonitorCredential, bool]:
+    """The credential at ``path`` if the API holds its key; else a new one, registered and
+    saved there. True with it when it is new (the control plane applies it within seconds).
+
+    ``nats_url`` (wss://) and ``ca_file`` are needed only to make a new one.
+    """
+    registered = client.monitoring_key().get("public_key")
+    if path.exists() and not renew:
+        credential = MonitorCredential.load(path)
+        if credential.public_key == registered:
+            return credential, False
+        nats_url, ca_file = nats_url or credential.nats_url, ca_file or credential.ca_file
+    if not nats_url:
+        raise WatchError(
+            "no monitoring credential yet, and no NATS address to make one for: pass "
+            "--nats-url wss://… (and --ca-file if its certificate is not publicly trusted)"
+        )
+    credential = MonitorCredential.new(nats_url, ca_file)
+    client.register_monitoring_key(credential.public_key)
+    credential.save(path)
+    return credential, True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from lodestream.client.cli import jobs, queue, services, site, stack, transfers
+from lodestream.client.cli import jobs, queue, services, site, stack, transfers, watch
 
 app = typer.Typer(
     name="lode",
@@ -23,6 +23,7 @@ app.add_typer(site.site_app, name="site")
 app.command("launcher")(site.launcher)
 app.add_typer(jobs.job_app, name="job")
 app.add_typer(queue.queue_app, name="queue")
+app.command("watch")(watch.watch_command)
 
 if __name__ == "__main__":
     app()
