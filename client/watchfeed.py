@@ -99,7 +99,11 @@ class SiteFeed:
             self._inbox, cb=self._queue.put, pending_msgs_limit=4 * BATCH
         )
         start = self._start if self.last_seq is None else Start(seq=self.last_seq + 1)
-        self._name = await self._create(start)
+        self._name, floor = await self._create(start)
+        if self.last_seq is None:
+            # "now" and a time resolve to a sequence once, here: a restart before the first
+            # event must start where this consumer did, not at a later "now".
+            self._start = Start(seq=floor + 1)
         self._cseq, self._asked = 0, 0
         self._heard = time.monotonic()
         await self._pull()
@@ -187,7 +191,8 @@ class SiteFeed:
         )
         self._asked += want
 
-    async def _create(self, start: Start) -> str:
+    async def _create(self, start: Start) -> tuple[str, int]:
+        """A consumer in a free slot: its name and the stream sequence it starts after."""
         config = {
             "filter_subject": f"evt.{self.site}.>",
             "ack_policy": "none",
@@ -204,7 +209,7 @@ class SiteFeed:
             answer = await self._api(create_subject(name, self.site), json.dumps(body).encode())
             error = answer.get("error")
             if error is None:
-                return name
+                return name, int(answer.get("delivered", {}).get("stream_seq", 0))
             if error.get("err_code") not in _EXISTS:
                 raise WatchError(f"cannot watch site {self.site!r}: {error.get('description')}")
         raise WatchError(
