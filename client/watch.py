@@ -165,12 +165,15 @@ class Watch:
         return self._events()
 
     async def close(self) -> None:
+        # Taken first: a generator left by `break` is closed later by asyncio, and its close
+        # must not cut the connection under this one's consumer deletes.
+        nc, self._nc = self._nc, None
+        if nc is None:
+            return
         for feed in self._feeds:
             await feed.close()
-        if self._nc is not None:
-            nc, self._nc = self._nc, None
-            with contextlib.suppress(Exception):
-                await nc.close()
+        with contextlib.suppress(Exception):
+            await nc.close()
 
     async def _events(self) -> AsyncIterator[Watched]:
         try:
@@ -178,14 +181,14 @@ class Watch:
                 await self._connect()
             while True:
                 for feed in self._feeds:
-                    for msg in await self._next(feed, POLL_S if len(self._feeds) > 1 else 1.0):
-                        item = self._decode(feed.site, msg)
+                    for seq, msg in await self._next(feed, POLL_S if len(self._feeds) > 1 else 1.0):
+                        item = self._decode(feed.site, seq, msg)
                         if item is not None and self._filters.admits(item.event, self._tagged):
                             yield item
         finally:
             await self.close()
 
-    async def _next(self, feed: SiteFeed, timeout_s: float) -> list[Msg]:
+    async def _next(self, feed: SiteFeed, timeout_s: float) -> list[tuple[int, Msg]]:
         self._raise_if_refused()
         try:
             return await feed.next_batch(timeout_s)
@@ -212,14 +215,14 @@ class Watch:
             await asyncio.sleep(delay)
             delay = min(delay * 2, 5.0)
 
-    def _decode(self, site: str, msg: Msg) -> Watched | None:
+    def _decode(self, site: str, seq: int, msg: Msg) -> Watched | None:
         try:
             event = event_from_message(msg.subject, msg.data)
         except (Untrusted, DecodeError) as exc:
             self.refused += 1
             self._notice(f"site {site}: skipped an event that fails the shared rule: {exc}")
             return None
-        return Watched(seq=msg.metadata.sequence.stream, site=site, event=event)
+        return Watched(seq=seq, site=site, event=event)
 
     def _notice(self, text: str) -> None:
         self.notices.append(text)
