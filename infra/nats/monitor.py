@@ -21,12 +21,12 @@ How nats-server's subject permissions pin that down (wildcards match whole token
   only subject it may subscribe to. Pulls (``MSG.NEXT``), ``INFO`` and ``DELETE`` are
   granted for its own consumer names only.
 
-What a body can still say, and why it is harmless: a push ``deliver_subject`` is refused
-by the server for a consumer on a stream whose subjects it overlaps (``evt.>``), and the
-key cannot subscribe anywhere but its inbox, so a push consumer it made would deliver the
-user's own events to nobody, or to another client's inbox, where nothing listens for them.
-The consumer's options (start sequence, time, ack policy) only change how the user's own
-events reach the user.
+What a body can still say: nats-server does not judge a create request's options
+against the client's permissions. A push ``deliver_subject`` on the log's own subjects
+is refused as a cycle; elsewhere it is accepted, and one aimed at another site's
+heartbeat subject was seen to deliver nothing there (tests/security/test_monitor_key.py).
+Either way the consumer carries only the user's own sites' events; its start options
+only change how those reach the user.
 """
 
 from __future__ import annotations
