@@ -23,6 +23,7 @@ from lodestream.services.api.deps import Context, User
 from lodestream.services.api.errors import (
     Conflict,
     InvalidInput,
+    TooLarge,
     Unauthorized,
     Unavailable,
     documented,
@@ -48,7 +49,7 @@ async def get_monitoring_key(ctx: Context, user: User) -> MonitoringKeyOut:
 @router.put(
     PATH,
     response_model=MonitoringKeyOut,
-    responses=documented(Unauthorized, Conflict, InvalidInput, Unavailable),
+    responses=documented(Unauthorized, Conflict, TooLarge, InvalidInput, Unavailable),
 )
 async def put_monitoring_key(body: MonitoringKeyIn, ctx: Context, user: User) -> MonitoringKeyOut:
     """Register the caller's monitoring key; the previous one stops working."""
