@@ -94,8 +94,8 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion
-bench: bench-spine bench-lifecycle bench-staging bench-diffusion ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch
+bench: bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
 
 bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
@@ -108,6 +108,9 @@ bench-staging: $(STAMP) ## Stage-in arrival rate per transfer batch size (STAGIN
 
 bench-diffusion: $(STAMP) ## Node caches on vs off, repeated inputs (DIFFUSION_ARGS=--jobs 2000 --size-mb 4)
 	$(BIN)/python -m bench.data_diffusion $(DIFFUSION_ARGS)
+
+bench-watch: $(STAMP) ## Live watch: appended → delivered at 1,000/s, replay from since=1 (WATCH_ARGS=--replay 100000)
+	$(BIN)/python -m bench.watch $(WATCH_ARGS)
 
 CHAOS_JOBS ?= 500
 CHAOS_ROUNDS ?= 3

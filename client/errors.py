@@ -2,8 +2,14 @@
 
 LodeClientError
 ├── NotConfigured     no API URL or token could be found
-└── ApiError          the API answered with an error (status, code, message)
-    └── Unreachable   no answer at all (connection refused, timeout)
+├── ApiError          the API answered with an error (status, code, message)
+│   └── Unreachable   no answer at all (connection refused, timeout)
+└── WatchError        a live watch cannot start or go on (bad filter, since past the end of
+    │                 the log, no or revoked monitoring credential)
+    └── CredentialRevoked  the server refused or dropped the monitoring credential
+
+WatchNotice is not an error: what a watch tells its caller while it goes on (it fell
+behind and resumed, it refused an event).
 """
 
 from __future__ import annotations
@@ -31,3 +37,15 @@ class ApiError(LodeClientError):
 class Unreachable(ApiError):
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(0, "unreachable", f"cannot reach {url}: {reason}")
+
+
+class WatchError(LodeClientError):
+    """A watch cannot start or cannot go on; the message says what to do."""
+
+
+class CredentialRevoked(WatchError):
+    """nats-server refused the monitoring credential (revoked, or never issued)."""
+
+
+class WatchNotice(UserWarning):
+    """Something a watch did on its own and went on: resumed after a gap, refused an event."""

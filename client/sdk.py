@@ -245,6 +245,14 @@ class LodeClient:
                     return
                 time.sleep(poll_s)
 
+    def monitoring_key(self) -> Json:
+        """Your monitoring key (``public_key``, ``None`` if none), its ``sites`` and ``log_end``."""
+        return self._request("GET", "/users/me/monitoring-key")
+
+    def register_monitoring_key(self, public_key: str) -> Json:
+        """Register the key ``lode watch`` reads the log with; the previous one stops working."""
+        return self._request("PUT", "/users/me/monitoring-key", json={"public_key": public_key})
+
     def ready(self) -> Json:
         """The API's readiness report (NATS, Postgres, projector lag)."""
         return self._request("GET", "/readyz", ok=(200, 503))

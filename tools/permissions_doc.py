@@ -16,11 +16,14 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lodestream.infra.nats.auth import site_permissions  # noqa: E402
+from lodestream.infra.nats.monitor import SLOTS, monitor_permissions  # noqa: E402
 from lodestream.schemas.topology import SITE_FEEDS, LiveFeed  # noqa: E402
 from lodestream.schemas.trust import ACTOR_KINDS, WRITERS  # noqa: E402
 
 OUT = ROOT / "docs" / "permissions.md"
 EXAMPLE_SITE = "mysite"
+# A fixed example key (the seed of bytes 0..31): the page must render the same each time.
+EXAMPLE_MONITOR_KEY = "UAB2CB576PHBBPQ5ODORRZ2LYCMWPZGWGCN2KDK7DXOIMZASKUY3RLKK"
 
 
 def render() -> str:
@@ -61,8 +64,27 @@ def render() -> str:
         permissions,
         "```",
         "",
+        *_monitor(),
     ]
     return "\n".join(lines)
+
+
+def _monitor() -> list[str]:
+    permissions = json.dumps(monitor_permissions(EXAMPLE_MONITOR_KEY, [EXAMPLE_SITE]), indent=2)
+    return [
+        f"## The nats-server permissions of a user's monitoring key (sites: `{EXAMPLE_SITE}`)",
+        "",
+        "Rendered by `lodestream.infra.nats.monitor.monitor_permissions` for the key `lode watch`",
+        "reads the log with: create a consumer filtered to each of the user's sites, under one",
+        f"of the key's {SLOTS} own names, pull from, look at and delete those, and receive on its",
+        "own inbox. No event, heartbeat or other publish; no other site, consumer or stream.",
+        "Websocket listener only. Anything not listed is denied.",
+        "",
+        "```json",
+        permissions,
+        "```",
+        "",
+    ]
 
 
 def _feeds() -> list[str]:

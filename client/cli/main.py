@@ -14,6 +14,7 @@ from lodestream.client.cli import (
     site,
     stack,
     transfers,
+    watch,
 )
 
 app = typer.Typer(
@@ -37,6 +38,7 @@ app.add_typer(jobs.job_app, name="job")
 app.add_typer(apps.app_app, name="app")
 app.command("events")(events.events)
 app.add_typer(queue.queue_app, name="queue")
+app.command("watch")(watch.watch_command)
 
 if __name__ == "__main__":
     app()

@@ -61,6 +61,7 @@ def up(
         with console.status("starting nats-server, Postgres, api, projector and controller…"):
             info = stack.start(user)
         _print_info(info)
+        _monitor_credential(stack, info)
         if demo:
             with console.status("starting the local site: agent and one pilot…"):
                 _start_local_site(stack, info)
@@ -99,6 +100,18 @@ def _print_info(info: StackInfo) -> None:
     table.add_row("Postgres", f"{postgres}  passwords in {info.state_dir / 'secrets.json'}")
     table.add_row("state", str(info.state_dir))
     console.print(table)
+
+
+def _monitor_credential(stack: EmbeddedStack, info: StackInfo) -> None:
+    """The local user's monitoring credential for `lode watch`, beside client.json."""
+    from lodestream.client.credential import ensure_credential  # noqa: PLC0415
+
+    path = info.state_dir / "monitor.json"
+    with LodeClient(ClientConfig(info.api_url, info.token)) as client:
+        _, fresh = ensure_credential(client, path, info.websocket_url, info.ca_file)
+    if fresh:
+        stack.supervise_once()  # apply it to nats-server now rather than at the next tick
+    console.print(f"monitoring credential: {path}  (`lode watch` to see your sites live)")
 
 
 def _supervise(stack: EmbeddedStack, stop: threading.Event) -> None:

@@ -30,11 +30,12 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 import nkeys
 
+from lodestream.infra.nats.monitor import MonitorKey, monitor_permissions
 from lodestream.schemas.nkey import check_user_public_key
 from lodestream.schemas.subjects import EVENTS_STREAM, check_site, type_filter
 from lodestream.schemas.topology import SITE_CONSUMERS, site_grants
@@ -102,8 +103,14 @@ def site_permissions(site: str) -> Permissions:
     }
 
 
-def render_authorization(control_user: str, control_password: str, sites: Mapping[str, str]) -> str:
-    """The ``authorization { users = [...] }`` block for the control plane and ``sites``.
+def render_authorization(
+    control_user: str,
+    control_password: str,
+    sites: Mapping[str, str],
+    monitors: Sequence[MonitorKey] = (),
+) -> str:
+    """The ``authorization { users = [...] }`` block for the control plane, ``sites`` and
+    the users' monitoring keys (:mod:`lodestream.infra.nats.monitor`).
 
     ``sites`` maps a site name to its nkey public key. Password and nkey users
     share one ``users`` list (nats-server accepts the mix). The output is
@@ -132,7 +139,24 @@ def render_authorization(control_user: str, control_password: str, sites: Mappin
             '      allowed_connection_types: ["WEBSOCKET"]\n'
             f"      permissions: {permissions}\n    }}"
         )
+    for monitor in sorted(monitors, key=lambda m: m.user):
+        entries.append(_monitor_entry(monitor))
     return "authorization {\n  users = [\n" + "\n".join(entries) + "\n  ]\n}\n"
+
+
+def _monitor_entry(monitor: MonitorKey) -> str:
+    try:
+        check_user_public_key(monitor.public_key)
+    except ValueError as exc:
+        raise ValueError(f"monitoring key of user {monitor.user!r}: {exc}") from exc
+    permissions = json.dumps(monitor_permissions(monitor.public_key, monitor.sites), indent=2)
+    return (
+        # The user name is not rendered: it may hold characters a comment would not survive.
+        f"    # a user's monitoring key: reads its {len(set(monitor.sites))} site(s)\n"
+        f"    {{\n      nkey: {_q(monitor.public_key)}\n"
+        '      allowed_connection_types: ["WEBSOCKET"]\n'
+        f"      permissions: {permissions.replace(chr(10), chr(10) + '      ')}\n    }}"
+    )
 
 
 def _q(value: str) -> str:

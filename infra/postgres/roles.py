@@ -9,7 +9,8 @@
                      drop)
     lode_api         read rm; read and write public.users and         —
                      public.api_tokens (its own auth tables)
-    lode_controller  read rm                                          —
+    lode_controller  read rm; read public.monitoring_keys (the        —
+                     credential sync renders them into nats-server)
 
 The projector owns ``rm`` because a rebuild (``services/projector/rebuild.py``)
 builds a fresh schema and swaps it in with ``ALTER SCHEMA … RENAME``, which
@@ -41,7 +42,8 @@ PROJECTOR: Final = "lode_projector"
 CONTROLLER: Final = "lode_controller"
 SERVICE_ROLES: Final = (API, PROJECTOR, CONTROLLER)
 READERS: Final = (API, CONTROLLER)
-API_TABLES: Final = ("public.users", "public.api_tokens")
+MONITOR_KEYS: Final = "public.monitoring_keys"
+API_TABLES: Final = ("public.users", "public.api_tokens", MONITOR_KEYS)
 
 # Plain and partitioned tables; their indexes and owned sequences follow them.
 _TABLE_KINDS: Final = ("r", "p")
@@ -66,6 +68,12 @@ def apply_roles(admin_url: str, database: str, passwords: Mapping[str, str]) -> 
         conn.execute(
             sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
                 _names(API_TABLES), sql.Identifier(API)
+            )
+        )
+        # Public keys only: what `lode up`'s credential sync (the controller's login) renders.
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(
+                _names((MONITOR_KEYS,)), sql.Identifier(CONTROLLER)
             )
         )
 

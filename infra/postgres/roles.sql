@@ -14,7 +14,8 @@
 --   lode_api         LOGIN: reads rm; reads and writes only its own auth tables
 --                    (public.users, public.api_tokens). It never writes rm: the API appends
 --                    events, the projector folds them.
---   lode_controller  LOGIN: reads rm, nothing else.
+--   lode_controller  LOGIN: reads rm, and public.monitoring_keys (public keys the credential
+--                    sync renders into nats-server's authorization).
 --
 -- Run as an administrator, once, before the first migration; replace the passwords (or
 -- use your platform's IAM authentication). Re-running is safe. Run the part marked "after
@@ -95,6 +96,11 @@ DO $$
 BEGIN
     IF to_regclass('public.users') IS NOT NULL THEN
         GRANT SELECT, INSERT, UPDATE, DELETE ON public.users, public.api_tokens TO lode_api;
+    END IF;
+    IF to_regclass('public.monitoring_keys') IS NOT NULL THEN
+        GRANT SELECT, INSERT, UPDATE, DELETE ON public.monitoring_keys TO lode_api;
+        -- public keys only: what the credential sync renders into nats-server's config
+        GRANT SELECT ON public.monitoring_keys TO lode_controller;
     END IF;
 END
 $$;

@@ -289,3 +289,18 @@ api_tokens = Table(
     schema="public",
 )
 Index("api_tokens_user", api_tokens.c.user_name)
+
+# One monitoring key per user (the nkey ``lode watch`` reads the log with); public key only.
+monitoring_keys = Table(
+    "monitoring_keys",
+    metadata,
+    Column(
+        "user_name",
+        Text,
+        ForeignKey("public.users.name", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("public_key", Text, nullable=False, unique=True),
+    _ts("created_at", nullable=False),
+    schema="public",
+)

@@ -24,6 +24,7 @@ from lodestream.services.api.routes import (
     events,
     health,
     jobs,
+    monitoring,
     sites,
     stream,
     transfers,
@@ -68,7 +69,8 @@ def create_app(settings: Settings) -> FastAPI:
     )
     errors.install(app)
     app.state.frames = FrameCache()  # the push feed's, shared by its clients
-    for module in (jobs, actions, sites, apps, batch, transfers, events, stream, ui, health):
+    routers = (jobs, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, health)
+    for module in routers:
         app.include_router(module.router)
     return app
 

@@ -434,3 +434,15 @@ class Readiness(BaseModel):
     nats: Check
     postgres: Check
     projector: ProjectorLag
+
+
+class MonitoringKeyIn(Wire):
+    public_key: UserPublicKey
+
+
+class MonitoringKeyOut(Wire):
+    """The caller's monitoring key, the sites it may read, and where the log ends now."""
+
+    public_key: str | None
+    sites: list[str]
+    log_end: int = Field(description="the last stream sequence of the log (0: empty)")

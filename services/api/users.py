@@ -10,11 +10,11 @@ import secrets
 from datetime import UTC, datetime
 from typing import Final
 
-from sqlalchemy import create_engine, func, pool, update
+from sqlalchemy import create_engine, delete, func, pool, update
 from sqlalchemy.dialects.postgresql import insert
 
 from lodestream.infra.postgres.migrate import sqlalchemy_url
-from lodestream.infra.postgres.tables import api_tokens, users
+from lodestream.infra.postgres.tables import api_tokens, monitoring_keys, users
 from lodestream.services.api.deps import token_hash
 
 # A user name becomes the actor ``user:<name>`` of every event the user causes.
@@ -50,7 +50,7 @@ def create_user(database_url: str, name: str) -> str:
 
 
 def revoke_tokens(database_url: str, name: str) -> int:
-    """Revoke every live token of ``name``; returns how many were revoked."""
+    """Revoke every live token of ``name`` and its monitoring key; how many tokens."""
     engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
     try:
         with engine.begin() as conn:
@@ -59,6 +59,8 @@ def revoke_tokens(database_url: str, name: str) -> int:
                 .where(api_tokens.c.user_name == name, api_tokens.c.revoked_at.is_(None))
                 .values(revoked_at=func.now())
             )
+            # The credential sync drops the key from nats-server: its watchers are cut off.
+            conn.execute(delete(monitoring_keys).where(monitoring_keys.c.user_name == name))
     finally:
         engine.dispose()
     return int(result.rowcount)

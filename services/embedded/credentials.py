@@ -8,6 +8,11 @@ the change and reloads nats-server with the re-rendered authorization
 reload disconnects the site at once. A production NATS does the same with
 operator/JWT mode or an auth callout (docs/operations.md).
 
+Users' monitoring keys (``public.monitoring_keys``, registered through the API) follow the
+same path: each is rendered with read access to its user's live sites
+(:mod:`lodestream.infra.nats.monitor`), so registering or removing a site, or registering,
+deleting or revoking a key, reloads the server.
+
 One bad row must not lock everyone out: a site whose key does not decode as
 an nkey user public key (or whose entry does not render) is left out of the
 config and reported in :attr:`CredentialSync.invalid`, and the others are
@@ -24,13 +29,14 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import psycopg
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from lodestream.infra.nats.auth import render_authorization
 from lodestream.infra.nats.errors import ReloadError
+from lodestream.infra.nats.monitor import MonitorKey
 from lodestream.infra.nats.server import NatsServer
 from lodestream.infra.postgres.compiled import Compiled
-from lodestream.infra.postgres.tables import sites
+from lodestream.infra.postgres.tables import monitoring_keys, sites
 from lodestream.schemas.nkey import check_user_public_key
 
 log = logging.getLogger(__name__)
@@ -39,6 +45,23 @@ _SITE_KEYS: Final = Compiled.of(
         sites.c.removed_at.is_(None), sites.c.public_key.is_not(None)
     )
 )
+
+_MONITOR_KEYS: Final = Compiled.of(
+    select(
+        monitoring_keys.c.user_name,
+        monitoring_keys.c.public_key,
+        # Only the user's live sites; a user with none still connects, and reads nothing.
+        func.array_remove(func.array_agg(sites.c.name), None),
+    )
+    .select_from(
+        monitoring_keys.outerjoin(
+            sites, (sites.c.owner == monitoring_keys.c.user_name) & sites.c.removed_at.is_(None)
+        )
+    )
+    .group_by(monitoring_keys.c.user_name, monitoring_keys.c.public_key)
+)
+
+Applied = tuple[dict[str, str], tuple[MonitorKey, ...]]
 
 
 @dataclasses.dataclass(slots=True)
@@ -56,7 +79,7 @@ class CredentialSync:
         self._dsn = database_url
         self._user = user
         self._password = password
-        self._applied: dict[str, str] | None = None
+        self._applied: Applied | None = None
         self.counters = SyncCounters()
 
     @property
@@ -68,9 +91,20 @@ class CredentialSync:
         return dict(self.counters.invalid)
 
     def site_keys(self) -> dict[str, str]:
+        return self.keys()[0]
+
+    def keys(self) -> Applied:
+        """The live sites' keys, and each monitoring key with its user's live sites."""
         with psycopg.connect(self._dsn, connect_timeout=2) as conn:
             rows = conn.execute(_SITE_KEYS.sql, _SITE_KEYS.params()).fetchall()
-        return {str(name): str(key) for name, key in rows}
+            monitors = conn.execute(_MONITOR_KEYS.sql, _MONITOR_KEYS.params()).fetchall()
+        return (
+            {str(name): str(key) for name, key in rows},
+            tuple(
+                MonitorKey(str(user), str(key), tuple(sorted(names or ())))
+                for user, key, names in sorted(monitors)
+            ),
+        )
 
     def invalidate(self) -> None:
         """Compare with the server again on the next sync (after nats-server restarted)."""
@@ -85,23 +119,25 @@ class CredentialSync:
         if not self._nats.running:
             return False  # the supervisor restarts it, then invalidates: compared afresh then
         try:
-            keys = self.site_keys()
+            keys, monitors = applied = self.keys()
         except psycopg.Error as exc:
             log.warning("credential sync: cannot read sites: %s", exc)
             return False
-        if keys == self._applied:
+        if applied == self._applied:
             return False
-        authorization = render_authorization(self._user, self._password, self._usable(keys))
+        authorization = render_authorization(
+            self._user, self._password, self._usable(keys), self._usable_monitors(monitors)
+        )
         config = dataclasses.replace(self._nats.config, authorization=authorization)
         if config == self._nats.config:
-            self._applied = keys  # e.g. after a restart: the server already runs on these keys
+            self._applied = applied  # e.g. after a restart: the server already runs on these
             return False
         try:
             self._nats.reload(config)
         except ReloadError as exc:
-            self._refused(keys, exc)
+            self._refused(applied, exc)
             return False
-        self._applied = keys
+        self._applied = applied
         self.counters.reloads += 1
         log.info("nats authorization reloaded: %d site key(s)", len(keys) - len(self.invalid))
         return True
@@ -126,7 +162,21 @@ class CredentialSync:
         self.counters.invalid = invalid
         return usable
 
-    def _refused(self, keys: dict[str, str], exc: ReloadError) -> None:
+    def _usable_monitors(self, monitors: tuple[MonitorKey, ...]) -> list[MonitorKey]:
+        """``monitors`` without a key nats-server would refuse (the API checks them too)."""
+        usable, invalid = [], []
+        for monitor in monitors:
+            try:
+                render_authorization(self._user, self._password, {}, [monitor])
+            except ValueError as exc:
+                invalid.append(f"{monitor.user}: {exc}")
+                continue
+            usable.append(monitor)
+        for why in invalid:
+            log.error("monitoring key left out of nats authorization: %s", why)
+        return usable
+
+    def _refused(self, keys: Applied, exc: ReloadError) -> None:
         self.counters.last_error = str(exc)
         if not self._nats.running:
             # Not a verdict on the config: retried once the supervisor has restarted the server.

@@ -1,0 +1,237 @@
+"""One site's events, read from ``EVENTS`` through a consumer the watcher owns.
+
+The consumer is ephemeral and pull-based, filtered to ``evt.<site>.>``, with no acks:
+the server keeps nothing for it but a position, and sends only what was asked for. A
+watcher that stops asking (its caller is slow, or gone) costs the server no memory; after
+:data:`INACTIVE_S` without a pull the server deletes the consumer, and the feed re-creates
+it at the next sequence and says so (a :class:`~lodestream.client.errors.WatchNotice`).
+
+Two pull requests' worth of messages at most are in flight, so a new event reaches the
+caller as soon as it is stored (a pull request waits on the server) while replay runs at
+full speed. Every message carries its stream and consumer sequences; a consumer sequence
+that skips (nats-py dropped messages of a subscription that overflowed) or heartbeats
+that stop (the connection or the consumer is gone) make the feed start again from the
+sequence after the last one it delivered, so nothing is missed and nothing repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final
+
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.errors import Error as NatsError
+
+from lodestream.client.errors import WatchError
+from lodestream.infra.nats.monitor import consumer_names, create_subject
+from lodestream.schemas.subjects import EVENTS_STREAM
+
+BATCH: Final = 2048
+EXPIRES_S: Final = 10.0
+HEARTBEAT_S: Final = 1.0
+INACTIVE_S: Final = 30.0
+API_TIMEOUT_S: Final = 5.0
+_NS: Final = 1_000_000_000
+_EXISTS: Final = frozenset({10013, 10105, 10148})  # name in use, with another config
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Where a consumer starts: a stream sequence, a time, or only what is new."""
+
+    seq: int | None = None
+    time: datetime | None = None
+
+    def config(self) -> dict[str, Any]:
+        if self.seq is not None:
+            return {"deliver_policy": "by_start_sequence", "opt_start_seq": self.seq}
+        if self.time is not None:
+            return {"deliver_policy": "by_start_time", "opt_start_time": self.time.isoformat()}
+        return {"deliver_policy": "new"}
+
+
+class Restart(Exception):  # a signal inside the watch, never raised to its callers
+    def __init__(self, why: str) -> None:
+        super().__init__(why)
+        self.why = why
+
+
+class SiteFeed:
+    """Pull one site's events; :meth:`next_batch` returns raw messages in stream order."""
+
+    def __init__(
+        self,
+        nc: Client,
+        public_key: str,
+        site: str,
+        start: Start,
+        *,
+        inactive_s: float = INACTIVE_S,
+        errors: list[Exception] | None = None,
+    ) -> None:
+        self.site = site
+        self._errors = errors if errors is not None else []  # what the server told the client
+        self._inactive_s = inactive_s
+        self._nc = nc
+        self._names = consumer_names(public_key)
+        self._name: str | None = None
+        self._start = start
+        self.last_seq: int | None = None  # the last stream sequence handed out
+        self._cseq = 0
+        self._asked = 0  # messages requested and not yet received, expired or refused
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._sub: Any = None
+        self._inbox = ""
+        self._heard = time.monotonic()
+        self.pending = 0  # what the server still holds for this feed after the last message
+
+    async def open(self) -> None:
+        """Create a consumer in a free slot of the key's names, and start pulling."""
+        self._inbox = self._nc.new_inbox()
+        # Read straight from the subscription's queue, as eventlog.pull does: a callback would
+        # cost a task switch per message. Its byte count is kept by hand (_take).
+        self._sub = await self._nc.subscribe(self._inbox, pending_msgs_limit=4 * BATCH)
+        self._queue = self._sub._pending_queue
+        start = self._start if self.last_seq is None else Start(seq=self.last_seq + 1)
+        self._name, floor = await self._create(start)
+        if self.last_seq is None:
+            # "now" and a time resolve to a sequence once, here: a restart before the first
+            # event must start where this consumer did, not at a later "now".
+            self._start = Start(seq=floor + 1)
+        self._cseq, self._asked = 0, 0
+        self._heard = time.monotonic()
+        await self._pull()
+
+    async def close(self) -> None:
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(NatsError):
+                await sub.unsubscribe()
+        if self._name is not None and self._nc.is_connected:
+            name, self._name = self._name, None
+            # If this fails, the server drops the consumer by itself after inactive_s.
+            with contextlib.suppress(NatsError, TimeoutError, WatchError):
+                await self._api(f"$JS.API.CONSUMER.DELETE.{EVENTS_STREAM}.{name}", b"")
+
+    async def restart(self) -> None:
+        await self.close()
+        await self.open()
+
+    async def next_batch(self, timeout_s: float) -> list[tuple[int, Msg]]:
+        """The messages received so far, each with its stream sequence (waiting up to
+        ``timeout_s`` for the first one)."""
+        msgs: list[tuple[int, Msg]] = []
+        deadline = time.monotonic() + timeout_s
+        while not msgs:
+            try:
+                msg = self._queue.get_nowait()
+            except asyncio.QueueEmpty:
+                if time.monotonic() - self._heard > 3 * HEARTBEAT_S:
+                    raise Restart("no heartbeat from the server") from None
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return msgs
+                try:
+                    msg = await asyncio.wait_for(self._queue.get(), min(left, HEARTBEAT_S))
+                except TimeoutError:
+                    continue
+            self._heard = time.monotonic()
+            if self._take(msg):
+                msgs.append((self.last_seq or 0, msg))
+            while not self._queue.empty():
+                msg = self._queue.get_nowait()
+                if self._take(msg):
+                    msgs.append((self.last_seq or 0, msg))
+        if self._asked < BATCH:
+            await self._pull()
+        return msgs
+
+    def _take(self, msg: Msg) -> bool:
+        """Account for ``msg``; True if it is an event to hand out."""
+        self._sub._pending_size -= len(msg.data)
+        status = (msg.headers or {}).get("Status")
+        if status is None:
+            meta = msg.metadata
+            if meta.sequence.consumer != self._cseq + 1:
+                raise Restart(f"delivery {meta.sequence.consumer} after {self._cseq}: a gap")
+            self._cseq = meta.sequence.consumer
+            self._asked -= 1
+            self.last_seq = meta.sequence.stream
+            self.pending = meta.num_pending
+            return True
+        if status == "100":
+            return False  # idle heartbeat (or flow control, which pull consumers do not use)
+        if status == "408":  # a pull request expired; what it did not deliver is not coming
+            self._asked -= int((msg.headers or {}).get("Nats-Pending-Messages", "0") or 0)
+            return False
+        description = (msg.headers or {}).get("Description", "")
+        raise Restart(f"the server ended the pull: {status} {description}".strip())
+
+    async def _pull(self) -> None:
+        want = 2 * BATCH - self._asked
+        if want < BATCH:
+            return
+        # A waiting pull request keeps the consumer alive: it must end well before the server
+        # would drop a consumer nobody pulls from, or a stalled caller would never be noticed.
+        expires = min(EXPIRES_S, self._inactive_s / 2)
+        heartbeat = min(HEARTBEAT_S, expires / 2)
+        request = {
+            "batch": want,
+            "expires": int(expires * _NS),
+            "idle_heartbeat": int(heartbeat * _NS),
+        }
+        await self._nc.publish(
+            f"$JS.API.CONSUMER.MSG.NEXT.{EVENTS_STREAM}.{self._name}",
+            json.dumps(request).encode(),
+            reply=self._inbox,
+        )
+        self._asked += want
+
+    async def _create(self, start: Start) -> tuple[str, int]:
+        """A consumer in a free slot: its name and the stream sequence it starts after."""
+        config = {
+            "filter_subject": f"evt.{self.site}.>",
+            "ack_policy": "none",
+            "replay_policy": "instant",
+            "inactive_threshold": int(self._inactive_s * _NS),
+            "mem_storage": True,
+            "num_replicas": 1,
+            "max_waiting": 4,
+            **start.config(),
+        }
+        for name in self._names:
+            body = {"stream_name": EVENTS_STREAM, "action": "create",
+                    "config": {**config, "name": name}}  # fmt: skip
+            answer = await self._api(create_subject(name, self.site), json.dumps(body).encode())
+            error = answer.get("error")
+            if error is None:
+                return name, int(answer.get("delivered", {}).get("stream_seq", 0))
+            if error.get("err_code") not in _EXISTS:
+                raise WatchError(f"cannot watch site {self.site!r}: {error.get('description')}")
+        raise WatchError(
+            f"cannot watch site {self.site!r}: all {len(self._names)} watcher slots of this "
+            "credential are in use (other watchers, or ones stopped less than "
+            f"{self._inactive_s:.0f} s ago)"
+        )
+
+    async def _api(self, subject: str, payload: bytes) -> dict[str, Any]:
+        try:
+            reply = await self._nc.request(subject, payload, timeout=API_TIMEOUT_S)
+        except TimeoutError as exc:
+            refused = f'permissions violation for publish to "{subject.lower()}"'
+            if any(refused in str(e).lower() for e in self._errors):
+                raise WatchError(
+                    f"cannot watch site {self.site!r}: this monitoring credential may not read "
+                    "it (not one of your sites, or registered after the credential was applied)"
+                ) from exc
+            raise WatchError(
+                f"no answer from JetStream on {subject} (is the credential still valid?)"
+            ) from exc
+        answer: dict[str, Any] = json.loads(reply.data) if reply.data else {}
+        return answer
