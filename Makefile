@@ -94,8 +94,8 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch
-bench: bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse
+bench: bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
 
 bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
@@ -111,6 +111,9 @@ bench-diffusion: $(STAMP) ## Node caches on vs off, repeated inputs (DIFFUSION_A
 
 bench-watch: $(STAMP) ## Live watch: appended → delivered at 1,000/s, replay from since=1 (WATCH_ARGS=--replay 100000)
 	$(BIN)/python -m bench.watch $(WATCH_ARGS)
+
+bench-sse: $(STAMP) ## 50 SSE clients on the push feed vs none: the projector's rate (SSE_ARGS=--clients 50)
+	$(BIN)/python -m bench.sse $(SSE_ARGS)
 
 CHAOS_JOBS ?= 500
 CHAOS_ROUNDS ?= 3
