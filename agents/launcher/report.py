@@ -27,6 +27,7 @@ class LauncherReport:
     duplicates: int = 0  # deliveries of a job this pilot already held
     deferred: int = 0  # retries handed back to the server until they fall due
     refused: int = 0  # jobs this pilot can never run (left to another pilot, or failed)
+    filtered: int = 0  # deliveries outside this pilot's tag filter, handed back unleased
     exit_reason: str = ""
 
     def count(self, tally: Tally) -> None:
