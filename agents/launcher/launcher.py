@@ -22,6 +22,10 @@ its jobs belong to someone else now.
 Every delivery is checked with the shared rule before the pilot acts on it
 (:func:`lodestream.agents.launcher.work.work_item`); what fails it is terminated, logged
 and counted, and the pilot keys what it holds by (site, job id).
+
+A pilot with a tag filter (``--tag key=value``, :mod:`~lodestream.agents.launcher.tags`)
+hands every job outside it back to the consumer, unleased, for a pilot whose filter it
+matches (:func:`~lodestream.agents.launcher.decide.outside_filter`), and counts it.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import socket
 import time
 import uuid
@@ -56,6 +61,7 @@ from lodestream.agents.launcher.jobs import run_end, task_spec
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
+from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.tasks import Reaper, Tracked
 from lodestream.agents.launcher.watch import JobWatch
 from lodestream.agents.launcher.work import JobKey, NotWork, WorkItem, settle, work_item
@@ -81,7 +87,7 @@ NAK_DELAY_S = 0.5
 # A job this pilot can never run: a pilot that can gets it back within this; meanwhile the
 # site's pilots do not hand it round twice a second.
 REFUSED_NAK_DELAY_S = 5.0
-REFUSALS_REMEMBERED = 10_000  # jobs whose refusal was logged (each is logged once)
+REFUSALS_REMEMBERED = 10_000  # jobs whose refusal (or hand-back) was logged, once each
 LAPSED_POLL_S = 0.25
 
 
@@ -104,6 +110,7 @@ class Launcher:
         site_shape: SiteShape | None = None,
         batch: decide.PilotBatch | None = None,
         diffusion: Diffusion | None = None,
+        filter_tags: Mapping[str, str] | None = None,
     ) -> None:
         self._js = js
         self._nc = nc
@@ -119,6 +126,9 @@ class Launcher:
         self._mode: JobMode = mode
         self._site_shape = site_shape or SiteShape()
         self._refusals_logged: set[JobKey] = set()
+        # Only jobs whose tags include all of these are leased here; empty: every job.
+        self._filter_tags = dict(filter_tags or {})
+        self._hand_backs_logged: set[JobKey] = set()
         self._data_dir = data_dir
         self._idle_ttl_s = idle_ttl_s
         self._idle_from = 0.0  # monotonic: not idle before a deferred retry falls due
@@ -287,8 +297,8 @@ class Launcher:
             await self._redelivered(item, held)
             return
         wait = item.wait_s(datetime.now(UTC))
-        if wait > 0:
-            await self._defer(item, wait)
+        # The filter before the retry's wait: that is for the pilot that takes it.
+        if await self._outside_filter(item, msg, wait) or await self._not_due(item, wait):
             return
         refused = decide.refusal(request, mode=self._mode, pilot_nodes=len(self._nodes),
                                  never_fits=self._packer.can_ever_fit(request),
@@ -298,13 +308,9 @@ class Launcher:
         if refused is not None:  # NEVER_FITS here, or NOWHERE at this site
             await self._refuse(item, refused)
             return
-        prefer: list[str] = []
-        if self._diffusion is not None and placing is Offer.PLACE:
-            delay, prefer = self._diffusion.placing(item)
-            if delay is not None:  # a peer's caches hold its inputs: let that pilot take it
-                self.report.cache_deferred += 1
-                await settle(msg.nak(delay=delay))
-                return
+        prefer = await self._cache_preference(item, msg) if placing is Offer.PLACE else []
+        if prefer is None:  # a peer's caches hold its inputs: that pilot's to take
+            return
         allocation = self._packer.allocate(request, prefer) if placing is Offer.PLACE else None
         if allocation is None:  # elsewhere, or here once our nodes free up
             await settle(msg.nak(delay=NAK_DELAY_S))
@@ -314,12 +320,45 @@ class Launcher:
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
 
+    async def _outside_filter(self, item: WorkItem, msg: Any, wait: float) -> bool:
+        """Hand the job back if it is outside this pilot's tag filter; True if handed back."""
+        if not self._filter_tags:
+            return False
+        back = decide.outside_filter(
+            item.spec.tags, self._filter_tags, idle_ttl_s=self._idle_ttl_s,
+            deliveries=int(msg.metadata.num_delivered),
+            jitter=random.random(),  # noqa: S311 - jitter, not a secret
+            not_due_s=min(wait, MAX_BACKOFF_S),
+        )  # fmt: skip
+        if back is None:
+            return False
+        await self._hand_back(item, back)
+        return True
+
+    async def _cache_preference(self, item: WorkItem, msg: Any) -> list[str] | None:
+        """The nodes whose caches hold the job's inputs, first; None if the job was handed
+        back because a live peer's caches hold them (data-aware dispatch)."""
+        if self._diffusion is None:
+            return []
+        delay, prefer = self._diffusion.placing(item)
+        if delay is not None:
+            self.report.cache_deferred += 1
+            await settle(msg.nak(delay=delay))
+            return None
+        return prefer
+
+    async def _hand_back(self, item: WorkItem, back: decide.HandBack) -> None:
+        """Outside our tag filter: another pilot's to take. Never leased here, so it holds
+        no allocation and nothing waits on it; the consumer offers it again after the delay."""
+        self.report.filtered += 1
+        if _first_time(self._hand_backs_logged, item.key):
+            log.info("launcher: job %s is left to other pilots: %s (this pilot's filter: %s)",
+                     item.job_id, back.reason, describe(self._filter_tags))  # fmt: skip
+        await settle(item.msg.nak(delay=back.delay_s))
+
     async def _refuse(self, item: WorkItem, refused: Refusal) -> None:
         """Not for this pilot: leave it to another (nak), or fail it if no pilot can run it."""
-        if item.key not in self._refusals_logged:  # once per job, not once per redelivery
-            if len(self._refusals_logged) >= REFUSALS_REMEMBERED:
-                self._refusals_logged.clear()
-            self._refusals_logged.add(item.key)
+        if _first_time(self._refusals_logged, item.key):  # once per job, not per redelivery
             self.report.refused += 1
             log.warning("launcher: job %s is not for this pilot: %s", item.job_id, refused.reason)
         if not refused.nowhere:
@@ -335,6 +374,12 @@ class Launcher:
         self.report.skipped += 1
         log.warning("launcher: skipped delivery on %s: %s", msg.subject, why)
         await settle(msg.term())
+
+    async def _not_due(self, item: WorkItem, wait: float) -> bool:
+        if wait <= 0:
+            return False
+        await self._defer(item, wait)
+        return True
 
     async def _defer(self, item: WorkItem, wait: float) -> None:
         """A retry that is not due yet: the server hands it back when it is, to whichever pilot
@@ -549,6 +594,17 @@ class Launcher:
 
     def _key_of(self, tracked: Tracked) -> JobKey:
         return (self._site, uuid.UUID(tracked.task.job_id))
+
+
+def _first_time(seen: set[JobKey], key: JobKey) -> bool:
+    """Whether ``key`` is new to ``seen`` (which then holds it); bounded, so a long-lived
+    pilot forgets old jobs and may log one of them a second time."""
+    if key in seen:
+        return False
+    if len(seen) >= REFUSALS_REMEMBERED:
+        seen.clear()
+    seen.add(key)
+    return True
 
 
 def _operational(exc: Exception) -> bool:

@@ -8,7 +8,7 @@ import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.peers import PeerCaches
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.launcher.session import LauncherSession
+from lodestream.agents.launcher.tags import describe
 from lodestream.agents.site.apps import ApplicationDefinition, load_apps, to_app_model
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
 from lodestream.agents.site.settings import JobMode, SiteSettings, load_site_settings
@@ -38,9 +39,11 @@ async def run(
     mode: JobMode | None = None,
     plan: PilotPlan | None = None,
     batch_job_id: uuid.UUID | None = None,
+    filter_tags: Mapping[str, str] | None = None,
 ) -> LauncherReport:
     """Run one pilot session of the site in ``site_dir`` until it ends (idle, wall time,
-    ``stop``): as ``plan`` says, or as its settings say (``mode`` overrides theirs).
+    ``stop``): as ``plan`` says, or as its settings say (``mode`` overrides theirs). With
+    ``filter_tags`` it runs only jobs whose tags include them all (:mod:`.tags`).
 
     Raises :class:`~lodestream.agents.launcher.errors.PilotRefused` before connecting if
     this machine cannot run it, and
@@ -93,11 +96,13 @@ async def run(
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
             batch=batch, diffusion=_diffusion(settings, plan, session, apps),
+            filter_tags=filter_tags,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)
-        log.info("launcher %s: %s mode, %d nodes, %d apps, app launcher %s",
-                 session.id, plan.mode, len(nodes), len(apps), plan.app_launcher.name)  # fmt: skip
+        log.info("launcher %s: %s mode, %d nodes, %d apps, app launcher %s, tag filter %s",
+                 session.id, plan.mode, len(nodes), len(apps), plan.app_launcher.name,
+                 describe(filter_tags or {}))  # fmt: skip
         report = await launcher.run(stop)
         log.info("launcher %s exits (%s): %s", session.id, report.exit_reason, report)
     finally:

@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lodestream import aio
-from lodestream.agents.launcher.errors import PilotRefused
+from lodestream.agents.launcher.errors import PilotRefused, TagFilterError
 from lodestream.agents.launcher.main import run
 from lodestream.agents.launcher.mpi_channel import Channel, MpiChannel
 from lodestream.agents.launcher.mpi_link import RankLauncher, RankLink
@@ -45,6 +45,7 @@ from lodestream.agents.launcher.mpi_protocol import Assign, Stop
 from lodestream.agents.launcher.mpi_ranks import Assignment, assign_nodes
 from lodestream.agents.launcher.mpi_serve import WorkerLoop
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
+from lodestream.agents.launcher.tags import parse_tag_filter
 from lodestream.agents.site.apps import AppError
 from lodestream.agents.site.credential import EXIT_CREDENTIAL_REVOKED, CredentialRevoked
 from lodestream.agents.site.settings import SiteSettingsError, load_site_settings
@@ -89,7 +90,14 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
                         help="Stem of the ranks' log files in the site's log/.")  # fmt: skip
     parser.add_argument("--batch-job-id", type=uuid.UUID, default=None,
                         help="The batch job this pilot runs in.")  # fmt: skip
-    return parser.parse_args(argv)
+    parser.add_argument("--tag", action="append", default=[], dest="tags",
+                        help="key=value: run only jobs with this tag (repeatable).")  # fmt: skip
+    args = parser.parse_args(argv)
+    try:  # lode launcher checked them already; a hand-made command line gets the same rule
+        args.filter_tags = parse_tag_filter(args.tags)
+    except TagFilterError as exc:
+        parser.error(str(exc))
+    return args
 
 
 def _output_to(path: Path, rank: int) -> None:
@@ -173,7 +181,8 @@ def _rank0(channel: Channel, hosts: list[str], args: argparse.Namespace) -> tupl
     code = 1
     try:
         report = aio.run(run(site, wall_time_min=args.wall_time_min, plan=pilot,
-                             batch_job_id=args.batch_job_id))  # fmt: skip
+                             batch_job_id=args.batch_job_id,
+                             filter_tags=args.filter_tags))  # fmt: skip
         log.info("launcher done (%s): %d finished, %d errored, %d timed out, %d fenced",
                  report.exit_reason, report.finished, report.errored, report.timed_out,
                  report.fenced)  # fmt: skip

@@ -31,6 +31,7 @@ class LauncherReport:
     cache_hits: int = 0  # inputs its node caches held already
     cache_misses: int = 0  # inputs copied into them
     cache_bytes_copied: int = 0
+    filtered: int = 0  # deliveries outside this pilot's tag filter, handed back unleased
     exit_reason: str = ""
 
     def count(self, tally: Tally) -> None:

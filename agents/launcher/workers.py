@@ -31,6 +31,7 @@ from types import FrameType
 from typing import Final
 
 from lodestream.agents.launcher.plan import PilotPlan
+from lodestream.agents.launcher.tags import tag_options
 from lodestream.platform_adapters.compute.base import NodePlacement
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
@@ -51,6 +52,7 @@ def worker_command(
     wall_time_min: float,
     log_name: str,
     batch_job_id: uuid.UUID | None = None,
+    filter_tags: Mapping[str, str] | None = None,
     python: str = sys.executable,
     environ: Mapping[str, str] | None = None,
 ) -> list[str]:
@@ -63,6 +65,7 @@ def worker_command(
             "--wall-time-min", f"{wall_time_min:g}", "--log-name", log_name]  # fmt: skip
     if batch_job_id is not None:
         argv += ["--batch-job-id", str(batch_job_id)]
+    argv += tag_options(filter_tags or {})
     env = dict(os.environ if environ is None else environ)
     spec = TaskSpec(
         job_id="pilot", script=shlex.join(argv), argv=tuple(argv), workdir=Path.cwd(),
@@ -83,13 +86,14 @@ def run_workers(
     wall_time_min: float,
     batch_job_id: uuid.UUID | None,
     echo: Callable[[str], None],
+    filter_tags: Mapping[str, str] | None = None,
 ) -> int:
     """Start the ranks, ``echo`` rank 0's log lines until they end; rank 0's exit status
     (the launcher's when rank 0 left none)."""
     name = f"mpi-pilot-{datetime.now(UTC):%Y%m%dT%H%M%S}-{os.getpid()}"
     logs = site_dir / "log"
     argv = worker_command(plan, site_dir, wall_time_min=wall_time_min, log_name=name,
-                          batch_job_id=batch_job_id)  # fmt: skip
+                          batch_job_id=batch_job_id, filter_tags=filter_tags)  # fmt: skip
     echo(f"pilot ranks: {shlex.join(argv)}")
     echo(f"their logs: {logs}/{name}-rank*.log")
     proc = subprocess.Popen(argv, env=dict(os.environ))

@@ -226,11 +226,18 @@ def launcher(
     batch_job_id: str | None = typer.Option(
         None, "--batch-job-id", help="The batch job this pilot runs in (set by its job script)."
     ),
+    tag: list[str] = typer.Option(
+        [],
+        "--tag",
+        help="key=value: run only jobs with this tag (repeatable: all of them); others are "
+        "left to other pilots.",
+    ),
 ) -> None:
     """Run a pilot: open a session, lease and run this site's jobs, exit when idle."""
-    from lodestream.agents.launcher.errors import PilotRefused  # noqa: PLC0415
+    from lodestream.agents.launcher.errors import PilotRefused, TagFilterError  # noqa: PLC0415
     from lodestream.agents.launcher.main import run  # noqa: PLC0415
     from lodestream.agents.launcher.plan import plan_pilot  # noqa: PLC0415
+    from lodestream.agents.launcher.tags import parse_tag_filter  # noqa: PLC0415
     from lodestream.agents.launcher.workers import run_workers  # noqa: PLC0415
     from lodestream.agents.site.apps import AppError, load_apps  # noqa: PLC0415
     from lodestream.agents.site.credential import (  # noqa: PLC0415
@@ -250,6 +257,10 @@ def launcher(
         batch = uuid.UUID(batch_job_id) if batch_job_id is not None else None
     except ValueError as exc:
         raise typer.BadParameter(f"--batch-job-id {batch_job_id!r} is not a UUID") from exc
+    try:
+        filter_tags = parse_tag_filter(tag)
+    except TagFilterError as exc:
+        raise typer.BadParameter(str(exc)) from exc
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     try:
         # Everything this machine must provide is checked here, before connecting.
@@ -259,9 +270,10 @@ def launcher(
         if plan.mpi4py_workers:  # one rank per node; rank 0 is the pilot and reports itself
             echo = functools.partial(err_console.out, highlight=False)
             code = run_workers(plan, site, wall_time_min=wall_time_min, batch_job_id=batch,
-                               echo=echo)  # fmt: skip
+                               filter_tags=filter_tags, echo=echo)  # fmt: skip
             raise typer.Exit(code)
-        report = aio.run(run(site, wall_time_min=wall_time_min, plan=plan, batch_job_id=batch))
+        report = aio.run(run(site, wall_time_min=wall_time_min, plan=plan, batch_job_id=batch,
+                             filter_tags=filter_tags))  # fmt: skip
     except (AppError, SiteSettingsError, PilotRefused) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc

@@ -53,7 +53,12 @@ COBALT_STATES: Final[Mapping[str, SchedulerState]] = MappingProxyType({
     "dep_fail": SchedulerState.FAILED,  # a job it depends on failed; it will never run
 })  # fmt: skip
 
-QSTAT_HEADER: Final = ("JobID", "State", "Nodes", "Queue", "WallTime", "RunTime", "Location")
+# JobName last: it is the one column whose value may hold spaces, so it takes the rest of the
+# line. It is how a submission whose id was lost is found again (``BatchStatus.name``).
+QSTAT_HEADER: Final = (
+    "JobID", "State", "Nodes", "Queue", "WallTime", "RunTime", "Location", "JobName",
+)  # fmt: skip
+NO_NAME: Final = "N/A"  # qstat's JobName of a job submitted without --jobname
 NODELIST_COLUMNS: Final = ("Name", "Queues", "Status", "Backfill")
 
 
@@ -114,12 +119,12 @@ def _rows(text: str, first_column: str) -> tuple[list[str], list[str]]:
 
 
 def parse_qstat(result: CommandResult) -> dict[str, BatchStatus]:
-    """qstat with ``QSTAT_HEADER=JobID:State:Nodes:Queue:WallTime:RunTime:Location``."""
+    """qstat with ``QSTAT_HEADER=<QSTAT_HEADER joined by :>``."""
     require_success(result)
     header, rows = _rows(result.stdout, "JobID")
     found: dict[str, BatchStatus] = {}
     for row in rows:
-        fields = row.split()
+        fields = _fields(row, header)
         if len(fields) != len(header):
             skip("cobalt", "qstat line", row, f"{len(fields)} fields, not {len(header)}")
             continue
@@ -135,12 +140,21 @@ def parse_qstat(result: CommandResult) -> dict[str, BatchStatus]:
                 wall_time_min=minutes_of(duration_s(column["WallTime"])),
                 elapsed_s=duration_s(column["RunTime"]) if state is R else None,
                 reason="" if column["Location"] == "None" else f"location {column['Location']}",
+                name="" if column.get("JobName", NO_NAME) == NO_NAME else column["JobName"],
             )
         except (KeyError, ValueError) as exc:
             skip("cobalt", "qstat line", row, exc)
             continue
         found[status.scheduler_id] = status
     return found
+
+
+def _fields(row: str, header: list[str]) -> list[str]:
+    """A row's values; a last ``JobName`` column takes the rest of the line, spaces and all."""
+    if header[-1:] != ["JobName"]:
+        return row.split()
+    fields = row.split(maxsplit=len(header) - 1)
+    return [*fields[:-1], fields[-1].strip()] if len(fields) == len(header) else fields
 
 
 def parse_qdel(result: CommandResult, scheduler_id: str) -> bool:

@@ -51,9 +51,13 @@ FLUX_STATES: Final[Mapping[str, SchedulerState]] = MappingProxyType({
     "TIMEOUT": SchedulerState.WALLTIME_EXPIRED,
 })  # fmt: skip
 
+# The two free-text fields last, the job's name before the note: a line is cut at its first
+# ten '|'s and the name ends at the next, so a '|' in a note cannot shift a column (one in a
+# name would end the name early; a lode job's name never has one). The name is how a
+# submission whose id was lost is found again (``BatchStatus.name``).
 JOBS_FIELDS: Final = (
     "{id}", "{status}", "{nnodes}", "{nodelist}", "{queue}", "{duration}", "{t_run}",
-    "{t_cleanup}", "{runtime}", "{returncode}", "{exception.note}",
+    "{t_cleanup}", "{runtime}", "{returncode}", "{name}", "{exception.note}",
 )  # fmt: skip
 F58_ALPHABET: Final = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 _GONE: Final = (" unknown", "unknown job", "job is inactive")  # "JobID 42 unknown"
@@ -156,7 +160,7 @@ def parse_jobs(result: CommandResult) -> dict[str, BatchStatus]:
 
 
 def _status(fields: list[str]) -> BatchStatus:
-    job_id, native, nnodes, nodelist, queue, duration, t_run, _end, runtime, rc, note = fields
+    job_id, native, nnodes, nodelist, queue, duration, t_run, _end, runtime, rc, name, note = fields
     state = map_state(FLUX_STATES, native, "flux")
     limit_s = float(duration) if duration else 0.0
     start = from_epoch(float(t_run) if t_run else None)
@@ -172,6 +176,7 @@ def _status(fields: list[str]) -> BatchStatus:
         elapsed_s=int(float(runtime)) if runtime and start is not None else None,
         reason=note,
         exit_code=int(rc) if rc else None,
+        name=name,
     )
 
 

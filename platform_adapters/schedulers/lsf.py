@@ -74,9 +74,11 @@ LSF_EXIT_REASONS: Final[Mapping[str, SchedulerState]] = MappingProxyType({
     "TERM_FORCE_ADMIN": SchedulerState.CANCELLED,
 })  # fmt: skip
 
+# job_name is how a submission whose id was lost is found again (``BatchStatus.name``); -json
+# prints each field in full, where the table would cut a long name to its column.
 BJOBS_FIELDS: Final = (
-    "jobid", "stat", "user", "queue", "nexec_host", "exec_host", "start_time", "finish_time",
-    "run_time", "runtimelimit", "exit_code", "exit_reason", "pend_reason",
+    "jobid", "stat", "user", "queue", "job_name", "nexec_host", "exec_host", "start_time",
+    "finish_time", "run_time", "runtimelimit", "exit_code", "exit_reason", "pend_reason",
 )  # fmt: skip
 _NOT_FOUND: Final = (
     "is not found",
@@ -228,6 +230,7 @@ def _status(record: dict[str, Any], now: datetime, tz: tzinfo | None) -> BatchSt
         else None,
         reason=str(record.get("PEND_REASON") or record.get("EXIT_REASON") or "").strip(),
         exit_code=_exit_code(state, str(record.get("EXIT_CODE", "")).strip()),
+        name=str(record.get("JOB_NAME") or ""),
     )
 
 

@@ -65,3 +65,24 @@ def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
     result = lode_launcher(tmp_path, "--mode", "hybrid", path=os.environ["PATH"])
     assert result.returncode == 2
     assert "mode must be serial or mpi" in result.stderr + result.stdout
+
+
+@pytest.mark.parametrize(
+    ("tags", "message"),
+    [
+        (["beam"], "--tag must look like key=value, got 'beam'"),
+        (["be am=A"], "a tag key is 1 to 64 letters, digits or _.:-"),
+        (["beam=A", "beam=B"], "--tag beam is given twice"),
+    ],
+)
+def test_a_tag_filter_no_job_could_match_is_refused_before_connecting(
+    tmp_path: Path, tags: list[str], message: str
+) -> None:
+    (tmp_path / "apps").mkdir()
+    (tmp_path / "settings.yml").write_text("site: alpha\nnats: {url: 'wss://127.0.0.1:1'}\n")
+    args = [word for tag in tags for word in ("--tag", tag)]
+    result = lode_launcher(tmp_path, *args, path=os.environ["PATH"])
+    output = result.stderr + result.stdout
+    assert result.returncode == 2, output
+    assert message in " ".join(output.replace("│", " ").split()), output  # rich draws a box
+    assert "NATS" not in output

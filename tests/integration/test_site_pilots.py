@@ -3,7 +3,8 @@ submits it, and a real ``lode launcher`` in that batch job connects and runs the
 
     request → batch.submitted → running (the pilot's session names its batch job) → its jobs
     run → the pilot idles out → batch.finished (exit 0); a deletion stops the pilot, and the
-    job it ran times out naming the batch job, to run again in the next pilot.
+    job it ran times out naming the batch job, to run again in the next pilot. A request's
+    filter_tags reach its pilot (``--tag``): it runs only the jobs that carry them.
 """
 
 from __future__ import annotations
@@ -145,3 +146,57 @@ async def test_a_deleted_pilot_drains_naming_its_batch_job_and_the_next_pilot_re
         "told to stop (deleted, preempted or shut down)",
     ]
     assert len(await sessions_of(database_url, second)) == 1
+
+
+async def leased_by(dsn: str, jobs: list[uuid.UUID]) -> dict[uuid.UUID, uuid.UUID | None]:
+    """The batch job of the pilot that leased each job (``job.started``, each at most once)."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT e.job_id, s.batch_job_id FROM rm.job_events e JOIN rm.sessions s "
+            "ON s.id = (e.data->>'session_id')::uuid "
+            "WHERE e.job_id = ANY(%s) AND e.type = 'job.started'",
+            (jobs,),
+        )
+        rows = await cursor.fetchall()
+    assert len(rows) == len({r[0] for r in rows}), "a job was leased twice"
+    return {r[0]: r[1] for r in rows}
+
+
+@pytest.fixture
+def patient_site(secure_nats: SecureNats, tmp_path: Path) -> Iterator[SiteSettings]:
+    """Pilots that idle out after 6 s, not 2: a job one pilot hands back to another comes
+    back to a pilot that wants it about a dozen times before that pilot gives up on it."""
+    settings = secure_site_dir(
+        secure_nats, tmp_path, scheduler={"type": "local", "sync_interval_s": 0.2},
+        idle_ttl_s=6,
+    )  # fmt: skip
+    yield settings
+    kill_strays(tmp_path)
+
+
+async def test_pilots_asked_for_with_filter_tags_run_only_the_jobs_carrying_them(
+    secure_nats: SecureNats, database_url: str, patient_site: SiteSettings
+) -> None:
+    site = patient_site
+    async with stack(secure_nats, database_url, site) as js:
+        beam_a = await submit(js, [
+            job_created(SITE, OWNER, app="hello", workdir=f"a/{i}", tags={"beam": "A", "i": str(i)})
+            for i in range(4)
+        ])  # fmt: skip
+        beam_b = await submit(js, [
+            job_created(SITE, OWNER, app="hello", workdir=f"b/{i}", tags={"beam": "B"})
+            for i in range(4)
+        ])  # fmt: skip
+        pilot_a, _ = await ask_for_pilot(js, SITE, OWNER, filter_tags={"beam": "A"})
+        pilot_b, _ = await ask_for_pilot(js, SITE, OWNER, filter_tags={"beam": "B"})
+        try:
+            await until_all(database_url, [*beam_a, *beam_b], "JOB_FINISHED")
+            ends = [await until_batch(database_url, b, "finished") for b in (pilot_a, pilot_b)]
+        except TimeoutError:
+            pytest.fail(f"the pilots did not run the jobs:\n{pilot_output(site)}")
+    assert [(e["exit_code"], e["scheduler_state"]) for e in ends] == [(0, "finished")] * 2
+    assert await leased_by(database_url, [*beam_a, *beam_b]) == (
+        dict.fromkeys(beam_a, pilot_a) | dict.fromkeys(beam_b, pilot_b)
+    )
+    script = (site.directory / "batch" / f"pilot-{pilot_a}.sh").read_text()
+    assert "--tag beam=A" in script

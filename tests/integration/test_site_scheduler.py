@@ -135,6 +135,32 @@ async def test_refusals_are_recorded_with_the_words_of_whoever_refused(
     assert fake.submitted == []
 
 
+async def test_a_requests_tag_filter_reaches_its_pilot_or_the_request_is_refused(
+    secure_nats: SecureNats, database_url: str, site: SiteSettings
+) -> None:
+    fake = FakeScheduler(FakeOutcome(run_s=None))
+    async with stack(secure_nats, database_url) as js, running(site, fake) as module:
+        tags = {"beam": "A", "run": "7 b"}
+        passed, _ = await ask_for_pilot(js, SITE, OWNER, filter_tags=tags)
+        await until_batch(database_url, passed, "submitted", "queued", "running")
+        # A template from before filter_tags existed would start a pilot that runs anything.
+        (site.directory / "job-template.sh").write_text(
+            "exec {{ lode }} launcher --site {{ site_dir }} --batch-job-id {{ batch_job_id }}\n"
+        )
+        dropped, _ = await ask_for_pilot(js, SITE, OWNER, filter_tags=tags)
+        refused = await until_batch(database_url, dropped, "submit_failed")
+        unfiltered, _ = await ask_for_pilot(js, SITE, OWNER)  # nothing to drop: submitted
+        await until_batch(database_url, unfiltered, "submitted", "queued", "running")
+        assert module.stats.submit_failed == 1
+    first, last = fake.submitted
+    assert "--tag beam=A --tag 'run=7 b'" in first.script_path.read_text()
+    assert "--tag" not in last.script_path.read_text()
+    assert refused["reason"].startswith(
+        f"{site.directory / 'job-template.sh'} has no {{{{ tag_options }}}}, so its pilot "
+        "would run jobs of any tags"
+    )
+
+
 async def test_a_request_is_submitted_once_whoever_handles_it_again(
     secure_nats: SecureNats, database_url: str, site: SiteSettings
 ) -> None:

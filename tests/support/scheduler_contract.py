@@ -229,6 +229,16 @@ class SchedulerContract:
         assert job_id in harness.scheduler.status()
         harness.scheduler.delete(job_id)
 
+    def test_a_listing_shows_the_name_the_job_was_submitted_with(
+        self, harness: SchedulerHarness
+    ) -> None:
+        # The site agent finds a submission whose id it lost by this name (decide.find_submitted).
+        name = "lode-contract-0b6c"
+        job_id = self.submit(harness, Behaviour(runs_until_stopped=True), job_name=name)
+        assert harness.scheduler.status([job_id])[job_id].name == name
+        assert harness.scheduler.status()[job_id].name == name
+        harness.scheduler.delete(job_id)
+
     def test_unknown_ids_are_absent_not_errors(self, harness: SchedulerHarness) -> None:
         assert harness.scheduler.status(["987654321"]) == {}
         assert harness.scheduler.status([]) == {}

@@ -211,6 +211,92 @@ def test_redelivery_follows_the_order_of_the_sequences(seq: int, held: int) -> N
     assert (verdict is Redelivery.NEWER) == (seq > held)
 
 
+# --- the tag filter ---------------------------------------------------------------------
+
+TAG_KEYS = st.sampled_from(["beam", "run", "campaign:a", "x"])
+TAG_VALUES = st.sampled_from(["A", "B", "", "7", "a b"])
+
+
+def handed_back(tags: dict[str, str], wanted: dict[str, str], **kw: Any) -> decide.HandBack | None:
+    defaults = {"deliveries": 1, "idle_ttl_s": 60.0, "jitter": 0.0}
+    return decide.outside_filter(tags, wanted, **(defaults | kw))
+
+
+def test_a_pilot_without_a_filter_takes_every_job() -> None:
+    assert handed_back({}, {}) is None
+    assert handed_back({"beam": "B"}, {}) is None
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [{"beam": "A"}, {"beam": "A", "run": "7"}],  # every pair of the filter; more is fine
+)
+def test_a_job_carrying_the_filters_tags_is_taken(tags: dict[str, str]) -> None:
+    assert handed_back(tags, {"beam": "A"}) is None
+
+
+@pytest.mark.parametrize(
+    ("tags", "missing"),
+    [
+        ({}, "beam=A, run=7"),
+        ({"beam": "B", "run": "7"}, "beam=A"),
+        ({"beam": "AB", "run": "7"}, "beam=A"),  # values are compared whole
+        ({"beam": "a", "run": "7"}, "beam=A"),  # and exactly
+        ({"beam": "A"}, "run=7"),  # every pair, not any
+        ({"Beam": "A", "run": "7"}, "beam=A"),
+    ],
+)  # fmt: skip
+def test_a_job_without_all_of_the_filters_tags_is_handed_back(
+    tags: dict[str, str], missing: str
+) -> None:
+    back = handed_back(tags, {"beam": "A", "run": "7"})
+    assert back is not None
+    assert back.reason == f"its tags lack {missing}"
+
+
+@given(
+    tags=st.dictionaries(TAG_KEYS, TAG_VALUES),
+    wanted=st.dictionaries(TAG_KEYS, TAG_VALUES),
+    deliveries=st.integers(1, 10_000),
+    jitter=st.floats(0.0, 1.0, exclude_max=True),
+)
+def test_a_job_is_handed_back_exactly_when_a_pair_of_the_filter_is_not_among_its_tags(
+    tags: dict[str, str], wanted: dict[str, str], deliveries: int, jitter: float
+) -> None:
+    back = handed_back(tags, wanted, deliveries=deliveries, jitter=jitter)
+    assert (back is None) == (wanted.items() <= tags.items())
+    if back is not None:
+        assert decide.HAND_BACK_FIRST_S / 2 < back.delay_s <= decide.HAND_BACK_MAX_S
+
+
+def test_the_hand_back_delay_doubles_with_the_deliveries_up_to_its_cap() -> None:
+    delays = [handed_back({}, {"beam": "A"}, deliveries=n) for n in range(1, 8)]
+    assert [d.delay_s for d in delays if d is not None] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0, 5.0]
+
+
+def test_jitter_takes_up_to_half_of_the_delay_off() -> None:
+    # Whole multiples of the pilots' fetch wait would bring a job back to the same pilot.
+    delays = [handed_back({}, {"beam": "A"}, deliveries=3, jitter=j) for j in (0.0, 0.5, 0.99)]
+    assert [d.delay_s for d in delays if d is not None] == [2.0, 1.5, pytest.approx(1.01)]
+
+
+@pytest.mark.parametrize(("idle_ttl_s", "cap"), [(600.0, 5.0), (24.0, 2.0), (1.0, 0.5)])
+def test_a_handed_back_job_comes_back_often_within_the_sites_idle_ttl(
+    idle_ttl_s: float, cap: float
+) -> None:
+    # A pilot that wants it gets a dozen chances at it before it idles out.
+    back = handed_back({}, {"beam": "A"}, deliveries=100, idle_ttl_s=idle_ttl_s)
+    assert back is not None
+    assert back.delay_s == cap
+
+
+def test_a_retry_not_due_yet_is_handed_back_until_it_is() -> None:
+    back = handed_back({}, {"beam": "A"}, not_due_s=90.0)
+    assert back is not None
+    assert back.delay_s == 90.0
+    assert handed_back({"beam": "A"}, {"beam": "A"}, not_due_s=90.0) is None  # ours: deferred
+
+
 def test_work_that_was_never_created_is_not_run() -> None:
     assert decide.not_as_submitted(None, SPEC) == "no job.created on the log"
 

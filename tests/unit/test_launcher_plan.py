@@ -148,6 +148,15 @@ def test_the_ranks_start_one_per_node_through_mpiexec_unbound_and_kept_going(
     assert shlex.split(argv[-1]) == rank
 
 
+def test_the_ranks_get_the_pilots_tag_filter(tmp_path: Path, bin_dir: Path) -> None:
+    stand_in(bin_dir, "mpiexec")
+    argv = worker_command(workers_plan(tmp_path, app_launcher="mpich"), tmp_path / "site",
+                          wall_time_min=30, log_name="x", python="/py",
+                          filter_tags={"beam": "A", "run": "7 b"})  # fmt: skip
+    rank = shlex.split(argv[-1])
+    assert rank[rank.index("--log-name") + 2 :] == ["--tag", "beam=A", "--tag", "run=7 b"]
+
+
 def test_under_slurm_each_rank_is_a_task_holding_its_whole_node(
     tmp_path: Path, bin_dir: Path
 ) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from pathlib import Path
 
 import pytest
 
+from lodestream.agents.site.scheduler.decide import find_submitted
 from lodestream.platform_adapters.errors import (
     InvalidSubmission,
     NotSupported,
@@ -86,7 +88,7 @@ def test_qstat_with_its_header_chosen(caplog: pytest.LogCaptureFixture) -> None:
         jobs = scheduler.status()
     assert runner.argvs == [["qstat", "-u", "alice"]]
     assert runner.calls[0].env == {
-        "QSTAT_HEADER": "JobID:State:Nodes:Queue:WallTime:RunTime:Location"
+        "QSTAT_HEADER": "JobID:State:Nodes:Queue:WallTime:RunTime:Location:JobName"
     }
     assert {k: v.state for k, v in jobs.items()} == {
         "349830": SchedulerState.RUNNING,
@@ -98,6 +100,28 @@ def test_qstat_with_its_header_chosen(caplog: pytest.LogCaptureFixture) -> None:
     assert jobs["349830"].wall_time_min == 180
     assert jobs["349831"].elapsed_s is None
     assert "349834" in caplog.text
+
+
+def test_qstat_shows_each_jobs_name() -> None:
+    scheduler, _ = cobalt(result("cobalt", stdout="qstat.out"))
+    jobs = scheduler.status()
+    assert {k: v.name for k, v in jobs.items()} == {
+        "349830": "lode-2d6f0b3e-91a4-4c7d-8e25-f3b1a0c69d48",
+        "349831": "lode-a81e4c07-3b9d-42f6-b0e5-7c2d19f8a364",
+        "349832": "",  # N/A: submitted without --jobname
+        "349833": "mesh sweep 2",  # the last column: spaces and all
+    }
+    # A submission whose id was lost (qsub hung after queueing it) is found by that name.
+    batch = uuid.UUID("a81e4c07-3b9d-42f6-b0e5-7c2d19f8a364")
+    assert find_submitted(jobs, batch) == "349831"
+    assert find_submitted(jobs, uuid.uuid4()) is None
+
+
+def test_qsub_gives_the_job_its_name() -> None:
+    request = BatchRequest(wall_time_min=5, job_name="lode-a81e4c07-3b9d-42f6-b0e5-7c2d19f8a364")
+    argv = render_qsub_argv(SCRIPT, request)
+    assert argv[argv.index("--jobname") + 1] == request.job_name
+    assert f"#COBALT --jobname {request.job_name}\n" in render_cobalt_header(request)
 
 
 def test_an_empty_queue_prints_nothing() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from lodestream.agents.site.scheduler.decide import find_submitted
 from lodestream.platform_adapters.errors import (
     NotSupported,
     SchedulerCommandFailed,
@@ -108,6 +110,31 @@ def test_jobs(caplog: pytest.LogCaptureFixture) -> None:
     assert jobs["3425452556288"].elapsed_s is None
     assert jobs["3425452556288"].wall_time_min is None  # 0: unlimited
     assert "3425452556289|RUN|1" in caplog.text
+
+
+def test_jobs_shows_each_jobs_name() -> None:
+    scheduler, runner = flux(result("flux", stdout="jobs.out"))
+    jobs = scheduler.status()
+    assert "{name}" in runner.argvs[0][3]
+    assert {k: v.name for k, v in jobs.items()} == {
+        "3422013227008": "lode-3c9e1f70-5a2b-4d86-9f14-b07e6a2d8c35",
+        "3422617206784": "lode-e5b7d2a9-0c4f-4631-a8e2-19d6f3b07c4e",
+        "3423288295424": "lammps.sh",
+        "3424966016000": "sleep",
+        "3425452556288": "flux",
+    }
+    assert jobs["3424966016000"].reason == "resource allocation expired"
+    # A submission whose id was lost (flux batch hung after queueing it) is found by that name.
+    batch = uuid.UUID("e5b7d2a9-0c4f-4631-a8e2-19d6f3b07c4e")
+    assert find_submitted(jobs, batch) == "3422617206784"
+    assert find_submitted(jobs, uuid.uuid4()) is None
+
+
+def test_a_bar_in_a_note_stays_in_the_note() -> None:
+    line = "3425452556288|CANCELED|||pbatch|0.0|0.0|1709287000.0|0.0|-128|lode-x|a | b\n"
+    scheduler, _ = flux(CommandResult(("flux",), 0, line, ""))
+    [job] = scheduler.status().values()
+    assert (job.name, job.reason) == ("lode-x", "a | b")
 
 
 def test_status_by_id_asks_for_inactive_jobs_too() -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from lodestream.agents.site.scheduler.decide import find_submitted
 from lodestream.platform_adapters.errors import (
     SchedulerCommandFailed,
     SubmitRejected,
@@ -113,6 +115,21 @@ def test_bjobs_lists_the_users_jobs(caplog: pytest.LogCaptureFixture) -> None:
     assert done.exit_code == 0  # DONE: LSF leaves EXIT_CODE empty
     assert done.start_time == datetime(2023, 12, 31, 23, 50, tzinfo=UTC)  # not in the future
     assert "31339" in caplog.text
+
+
+def test_bjobs_shows_each_jobs_name() -> None:
+    scheduler, runner = lsf(result("lsf", stdout="bjobs.json"))
+    jobs = scheduler.status()
+    assert "job_name" in runner.argvs[0][3].split()
+    assert {k: v.name for k, v in jobs.items()} == {
+        "31337": "lode-5b0c7a8e-2f1d-4c3b-9a6e-0d4f8e2b7c61",
+        "31338": "lode-7e2a9c14-b3d8-4f05-a1c6-93e4d2f0b8a7",
+        "31330": "/ccs/home/alice/postprocess.sh",  # no -J: LSF names a job by its command
+    }
+    # A submission whose id was lost (bsub hung after queueing it) is found by that name.
+    batch = uuid.UUID("7e2a9c14-b3d8-4f05-a1c6-93e4d2f0b8a7")
+    assert find_submitted(jobs, batch) == "31338"
+    assert find_submitted(jobs, uuid.uuid4()) is None
 
 
 def test_status_by_id_includes_finished_jobs() -> None:

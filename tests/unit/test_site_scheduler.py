@@ -18,6 +18,7 @@ from lodestream.agents.site.scheduler.template import (
     DEFAULT_TEMPLATE,
     LODE_MODULE,
     TemplateError,
+    check_passes_filter,
     pilot_values,
     read_template,
     render,
@@ -55,23 +56,62 @@ def status(state: SchedulerState, **fields: object) -> BatchStatus:
 # --- the template ----------------------------------------------------------------------------
 
 
-def values(site_dir: Path = Path("/sites/my site")) -> dict[str, str]:
-    return pilot_values(batch_id=BATCH, site=SITE, site_dir=site_dir, request=REQUEST,
+def values(
+    site_dir: Path = Path("/sites/my site"), request: BatchRequestData = REQUEST
+) -> dict[str, str]:
+    return pilot_values(batch_id=BATCH, site=SITE, site_dir=site_dir, request=request,
                         queue="debug", project="", scheduler="slurm",
                         python="/opt/py thon/bin/python")  # fmt: skip
 
 
+def with_filter(filter_tags: dict[str, str]) -> BatchRequestData:
+    return BatchRequestData.model_validate(REQUEST.model_dump() | {"filter_tags": filter_tags})
+
+
+def launcher_line(body: str) -> list[str]:
+    return shlex.split(" ".join(line.strip().rstrip("\\") for line in body.splitlines()
+                                if line.strip().startswith(("exec", "--"))))  # fmt: skip
+
+
 def test_the_default_template_starts_the_pilot_for_its_batch_job() -> None:
     body = render(read_template(DEFAULT_TEMPLATE), values())
-    launcher = " ".join(line.strip().rstrip("\\") for line in body.splitlines()
-                        if line.strip().startswith(("exec", "--")))  # fmt: skip
-    assert shlex.split(launcher) == [
+    assert launcher_line(body) == [
         "exec", "/opt/py thon/bin/python", "-m", LODE_MODULE, "launcher",
         "--site", "/sites/my site", "--mode", "serial", "--wall-time-min", "30",
         "--batch-job-id", str(BATCH),
     ]  # fmt: skip
     assert "{{" not in body
     assert "cd '/sites/my site'" in body
+
+
+def test_the_default_template_passes_the_requests_tag_filter_to_the_pilot() -> None:
+    request = with_filter({"beam": "A", "run": "7 b"})
+    template = read_template(DEFAULT_TEMPLATE)
+    check_passes_filter(template, request)
+    assert launcher_line(render(template, values(request=request)))[-4:] == [
+        "--tag", "beam=A", "--tag", "run=7 b",
+    ]  # fmt: skip
+
+
+def test_tag_values_are_quoted_so_a_tag_cannot_run_code(tmp_path: Path) -> None:
+    evil = {"beam": "A; touch pwned", "run": "$(touch pwned2)`touch pwned3`", "q": "'\"\n"}
+    request = with_filter(evil)
+    body = render("printf '%s\\0' {{ tag_options }}\n", values(request=request))
+    done = subprocess.run(["bash", "-c", body], capture_output=True, text=True, check=True,
+                          cwd=tmp_path)  # fmt: skip
+    assert done.stdout.split("\0")[:-1] == [
+        "--tag", "beam=A; touch pwned", "--tag", "run=$(touch pwned2)`touch pwned3`",
+        "--tag", "q='\"\n",
+    ]  # fmt: skip
+    assert not list(tmp_path.glob("pwned*"))
+
+
+def test_a_request_with_tags_is_refused_by_a_template_that_would_drop_them() -> None:
+    old = "exec {{ lode }} launcher --site {{ site_dir }} --batch-job-id {{ batch_job_id }}\n"
+    check_passes_filter(old, REQUEST)  # no filter: nothing to pass on
+    request = with_filter({"beam": "A"})
+    with pytest.raises(TemplateError, match=r"job-template.sh has no \{\{ tag_options \}\}"):
+        check_passes_filter(old, request, name="job-template.sh")
 
 
 def test_values_are_quoted_so_a_path_cannot_run_code(tmp_path: Path) -> None:

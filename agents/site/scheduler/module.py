@@ -43,6 +43,7 @@ from lodestream.agents.site.scheduler.decide import Append, DeletionStep, Reques
 from lodestream.agents.site.scheduler.history import read_batch_job
 from lodestream.agents.site.scheduler.template import (
     TemplateError,
+    check_passes_filter,
     pilot_values,
     read_template,
     render,
@@ -233,8 +234,9 @@ class PilotScheduler:
                 request=view.request, queue=plan.queue, project=plan.project,
                 scheduler=self.scheduler.name,
             )  # fmt: skip
-            body = render(await asyncio.to_thread(read_template, template), values,
-                          name=str(template))  # fmt: skip
+            text = await asyncio.to_thread(read_template, template)
+            check_passes_filter(text, view.request, name=str(template))
+            body = render(text, values, name=str(template))
             request = BatchRequest(
                 project=plan.project, queue=plan.queue, nodes=view.request.num_nodes,
                 wall_time_min=view.request.wall_time_min, job_name=decide.job_name(view.id),

@@ -7,6 +7,10 @@ an edit takes effect for the next pilot. Placeholders are ``{{ name }}`` rather 
 quoted for the shell before it goes in (:func:`pilot_values`), and nothing else in the
 template is touched. A placeholder this module does not know, or a ``{{`` that is not one,
 is a :class:`TemplateError` naming it and its line: the submission fails with that reason.
+
+A request with ``filter_tags`` needs a template that passes them on (``{{ tag_options }}``):
+one written before they existed would start a pilot that runs jobs of any tags, so it is
+refused instead (:func:`check_passes_filter`).
 """
 
 from __future__ import annotations
@@ -19,12 +23,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
+from lodestream.agents.launcher.tags import tag_options
 from lodestream.schemas.events.batch import BatchRequestData
 
 DEFAULT_TEMPLATE: Final = Path(__file__).with_name("job-template.sh.tmpl")
 PLACEHOLDER: Final = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 _OPENING: Final = re.compile(r"\{\{")
 LODE_MODULE: Final = "lodestream.client.cli.main"
+TAG_OPTIONS: Final = "tag_options"
 
 
 class TemplateError(ValueError):
@@ -61,7 +67,24 @@ def pilot_values(
     }
     values = {name: shlex.quote(value) for name, value in raw.items()}
     values["lode"] = shlex.join([python, "-m", LODE_MODULE])
+    # Words, each quoted: `--tag beam=A --tag 'run=7 b'`; nothing when the request has none.
+    values[TAG_OPTIONS] = shlex.join(tag_options(request.filter_tags))
     return values
+
+
+def check_passes_filter(
+    template: str, request: BatchRequestData, *, name: str = "the job template"
+) -> None:
+    """:class:`TemplateError` if ``request`` filters its pilot's jobs by tag and ``template``
+    would not pass the filter on: its pilot would run every job of the site."""
+    if request.filter_tags and TAG_OPTIONS not in {
+        m.group(1) for m in PLACEHOLDER.finditer(template)
+    }:
+        raise TemplateError(
+            f"{name} has no {{{{ {TAG_OPTIONS} }}}}, so its pilot would run jobs of any tags, "
+            f"not only those of this request's filter_tags; add it to the template's "
+            f"`lode launcher` line (see {DEFAULT_TEMPLATE.name})"
+        )
 
 
 def render(template: str, values: Mapping[str, str], *, name: str = "the job template") -> str:

@@ -1,0 +1,70 @@
+"""A pilot's tag filter: ``lode launcher --tag key=value`` (repeatable), as Balsam's ``--tag``.
+
+A pilot with a filter runs only jobs whose tags include every one of its pairs; the others it
+hands back for another pilot to take (:func:`lodestream.agents.launcher.decide.outside_filter`).
+A pilot without one takes every job, as before. A batch job's ``filter_tags``
+(``lode queue submit --tag``) reach its pilot as these options, through the site's job
+template (``{{ tag_options }}``).
+
+A pair must be one a job could carry: its key and value are checked against the rules of job
+tags (:data:`~lodestream.schemas.resources.TagKey`, ``TagValue``), so a typo is refused before
+the pilot connects instead of filtering out every job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Final
+
+from pydantic import TypeAdapter, ValidationError
+
+from lodestream.agents.launcher.errors import TagFilterError
+from lodestream.schemas.resources import TAG_KEY_PATTERN, TAG_VALUE_MAX_LENGTH, TagKey, TagValue
+
+TAG_OPTION: Final = "--tag"
+_KEY: Final[TypeAdapter[str]] = TypeAdapter(TagKey)
+_VALUE: Final[TypeAdapter[str]] = TypeAdapter(TagValue)
+
+
+def parse_tag_filter(pairs: Iterable[str]) -> dict[str, str]:
+    """``["key=value", ...]`` as the filter; :class:`TagFilterError` naming a bad pair.
+
+    The value is everything after the first ``=`` (it may hold ``=`` itself). A key given
+    twice is refused: no job carries two values of one tag, so the filter would match none.
+    """
+    wanted: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise TagFilterError(f"{TAG_OPTION} must look like key=value, got {pair!r}")
+        try:
+            _KEY.validate_python(key)
+        except ValidationError:
+            raise TagFilterError(
+                f"{TAG_OPTION} {pair!r}: a tag key is 1 to 64 letters, digits or _.:- "
+                f"({TAG_KEY_PATTERN})"
+            ) from None
+        try:
+            _VALUE.validate_python(value)
+        except ValidationError:
+            raise TagFilterError(
+                f"{TAG_OPTION} {key}=...: a tag value is at most {TAG_VALUE_MAX_LENGTH} "
+                "characters, none of them NUL"
+            ) from None
+        if key in wanted:
+            raise TagFilterError(
+                f"{TAG_OPTION} {key} is given twice ({key}={wanted[key]}, {pair}): "
+                "no job carries two values of one tag"
+            )
+        wanted[key] = value
+    return wanted
+
+
+def tag_options(filter_tags: Mapping[str, str]) -> list[str]:
+    """The launcher's command-line words for ``filter_tags``: ``--tag key=value`` each."""
+    return [word for key, value in filter_tags.items() for word in (TAG_OPTION, f"{key}={value}")]
+
+
+def describe(filter_tags: Mapping[str, str]) -> str:
+    """The filter for a log line: ``beam=A, run=7``, or ``none`` (every job)."""
+    return ", ".join(f"{k}={v}" for k, v in filter_tags.items()) or "none"
