@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +49,7 @@ from lodestream.agents.site.scheduler.template import (
 )
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer, work_and_tick
 from lodestream.platform_adapters.errors import (
     InvalidSubmission,
     NotSupported,
@@ -120,16 +119,9 @@ class PilotScheduler:
     async def run(self, stop: asyncio.Event) -> None:
         sub = await pull_consumer(self._js, SCHED.stream, self._durable)
         pulling = PullLoop(sub, name="scheduler", batch=16, timeout_s=0.5)
-        next_sync = 0.0
+        handle = each_message(self._deliver, "scheduler")
         try:
-            while not stop.is_set():
-                await pulling.once(each_message(self._deliver, "scheduler"))
-                if time.monotonic() >= next_sync:
-                    try:
-                        await self.sync()
-                    except Exception:  # a bug must not end the module: the next sync retries
-                        log.exception("scheduler: sync failed")
-                    next_sync = time.monotonic() + self._cfg.sync_interval_s
+            await work_and_tick(pulling, handle, self.sync, self._cfg.sync_interval_s, stop)
         finally:
             await self._hand_back()
             with contextlib.suppress(nats.errors.Error):
