@@ -9,6 +9,7 @@ from lodestream.client.cli import (
     events,
     job_actions,
     jobs,
+    login,
     queue,
     services,
     site,
@@ -24,6 +25,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.command("up")(stack.up)
+app.command("login")(login.login)
 app.command("api")(services.api)
 app.command("migrate")(services.migrate)
 app.command("controller")(services.controller)
