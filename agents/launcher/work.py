@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import nats.errors
-
+from lodestream.eventlog.pull import settle_delivery
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events.job import LeaseData, RetryData, StepData
@@ -89,9 +88,5 @@ def trusted_event(subject: str, data: bytes | None, site: str) -> Event:
 
 
 async def settle(settling: Awaitable[None]) -> None:
-    """Ack, nak or term a delivery. If NATS is away the server redelivers it later, which
-    compare-and-set makes safe, so a failure is only logged."""
-    try:
-        await settling
-    except nats.errors.Error as exc:
-        log.warning("launcher: could not settle a delivery: %s", exc or type(exc).__name__)
+    """Ack, nak or term a delivery (see :func:`lodestream.eventlog.pull.settle_delivery`)."""
+    await settle_delivery(settling, "launcher")

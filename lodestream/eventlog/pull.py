@@ -191,6 +191,20 @@ def each_message(handle: MessageHandler, name: str) -> BatchHandler:
     return handle_each
 
 
+def stream_seq(msg: Any) -> int:
+    """The stream sequence a delivery carries."""
+    return int(msg.metadata.sequence.stream)
+
+
+async def settle_delivery(settling: Awaitable[None], name: str) -> None:
+    """Ack, nak, term or in_progress a delivery. If NATS is away the server redelivers it
+    later, which compare-and-set makes safe, so a failure is only logged."""
+    try:
+        await settling
+    except nats.errors.Error as exc:
+        log.warning("%s: could not settle a delivery: %s", name, exc or type(exc).__name__)
+
+
 async def work_and_tick(
     pulling: PullLoop,
     handle: BatchHandler,

@@ -49,7 +49,14 @@ from lodestream.agents.site.scheduler.template import (
 )
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer, work_and_tick
+from lodestream.eventlog.pull import (
+    PullLoop,
+    each_message,
+    pull_consumer,
+    settle_delivery,
+    stream_seq,
+    work_and_tick,
+)
 from lodestream.platform_adapters.errors import (
     InvalidSubmission,
     NotSupported,
@@ -134,11 +141,11 @@ class PilotScheduler:
         except Untrusted as exc:
             self.stats.skipped += 1
             log.warning("scheduler: skipped delivery on %s: %s", msg.subject, exc)
-            await _settle(msg.term())
+            await settle_delivery(msg.term(), "scheduler")
         except (nats.errors.Error, EventLogError, TimeoutError) as exc:
             log.warning("scheduler: %s not handled (%s); again in %g s", msg.subject,
                         exc or type(exc).__name__, self._retry_s)  # fmt: skip
-            await _settle(msg.nak(delay=self._retry_s))
+            await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
 
     async def handle(self, msg: Any) -> None:
         """Act on one delivery of ``sched-<site>``; :class:`Untrusted` if it is no work here."""
@@ -154,7 +161,7 @@ class PilotScheduler:
         """Stopping: the held requests go back to the server for the next agent, at once."""
         for tracked in self.tracked.values():
             if tracked.msg is not None:
-                await _settle(tracked.msg.nak())
+                await settle_delivery(tracked.msg.nak(), "scheduler")
         self.tracked.clear()
 
     # --- requests ---------------------------------------------------------------------------
@@ -164,16 +171,16 @@ class PilotScheduler:
         if held is not None:  # redelivered while we follow it: hold the newest delivery
             held.msg = msg
             return
-        view = await self._view(event.aggregate_id) or fold_batch([(_seq(msg), event)])
+        view = await self._view(event.aggregate_id) or fold_batch([(stream_seq(msg), event)])
         assert view is not None
         match decide.on_request(view):
             case RequestStep.DONE:
-                await _settle(msg.ack())
+                await settle_delivery(msg.ack(), "scheduler")
             case RequestStep.TRACK:
                 self.tracked[view.id] = Tracked(view, msg)
             case RequestStep.END_UNSUBMITTED:
                 await self._append(decide.ended_unsubmitted(view), view)
-                await _settle(msg.ack())
+                await settle_delivery(msg.ack(), "scheduler")
             case RequestStep.SUBMIT:
                 await self._submit(view, msg)
 
@@ -184,7 +191,7 @@ class PilotScheduler:
             found = await self._find_at_scheduler(view.id) if tries > 1 else None
         except SchedulerError as exc:
             self._scheduler_error(f"looking for batch job {view.id}", exc)
-            await _settle(msg.nak(delay=self._retry_s))
+            await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
             return
         if found is not None:
             log.info("scheduler: batch job %s was submitted as %s before; adopted", view.id, found)
@@ -196,18 +203,18 @@ class PilotScheduler:
                 log.warning("scheduler: batch job %s not submitted (%s); try %d of %d in %g s",
                             view.id, outcome.reason, tries, MAX_SUBMIT_TRIES,
                             self._retry_s)  # fmt: skip
-                await _settle(msg.nak(delay=self._retry_s))
+                await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
                 return
             outcome = _Refused(f"{outcome.reason} (after {tries} tries)")
         if isinstance(outcome, _Refused):
             log.warning("scheduler: batch job %s refused: %s", view.id, outcome.reason)
             await self._append(decide.submit_failed(view, outcome.reason), view)
             self.stats.submit_failed += 1
-            await _settle(msg.ack())
+            await settle_delivery(msg.ack(), "scheduler")
             return
         landed = await self._record_submission(view, outcome)
         if landed is None or landed.final:
-            await _settle(msg.ack())
+            await settle_delivery(msg.ack(), "scheduler")
         else:
             self.tracked[view.id] = Tracked(landed, msg)
 
@@ -301,9 +308,9 @@ class PilotScheduler:
                 await self._append(decide.ended_unsubmitted(view, note), view)
         except SchedulerError as exc:
             self._scheduler_error(f"deleting batch job {view.id}", exc)
-            await _settle(msg.nak(delay=self._retry_s))
+            await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
             return
-        await _settle(msg.ack())
+        await settle_delivery(msg.ack(), "scheduler")
 
     # --- syncs ------------------------------------------------------------------------------
 
@@ -311,7 +318,9 @@ class PilotScheduler:
         """Append what changed at the scheduler for every active batch job; never raises
         for a scheduler or NATS failure (logged, counted, tried again next time)."""
         for tracked in self.tracked.values():
-            await _settle(tracked.msg.in_progress())  # still ours: no redelivery
+            await settle_delivery(
+                tracked.msg.in_progress(), "scheduler"
+            )  # still ours: no redelivery
         ids = [t.view.scheduler_id for t in self.tracked.values() if t.view.scheduler_id]
         if not ids:
             return
@@ -354,7 +363,7 @@ class PilotScheduler:
         if view.final:
             log.info("scheduler: batch job %s ended: %s", batch_id, view.state)
             del self.tracked[batch_id]
-            await _settle(tracked.msg.ack())
+            await settle_delivery(tracked.msg.ack(), "scheduler")
 
     async def _accounting(self, scheduler_id: str) -> BatchRecord | None:
         try:
@@ -404,16 +413,3 @@ class _Refused:
 @dataclass(frozen=True, slots=True)
 class _Retry:
     reason: str
-
-
-def _seq(msg: Any) -> int:
-    return int(msg.metadata.sequence.stream)
-
-
-async def _settle(settling: Any) -> None:
-    """Ack, nak, term or in_progress; if NATS is away the server redelivers later, which the
-    log's compare-and-set makes safe, so a failure is only logged."""
-    try:
-        await settling
-    except nats.errors.Error as exc:
-        log.warning("scheduler: could not settle a delivery: %s", exc or type(exc).__name__)

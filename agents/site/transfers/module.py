@@ -47,7 +47,14 @@ from lodestream.agents.site.transfers.history import ItemView, read_item
 from lodestream.agents.site.transfers.locations import BackendBuilder, Backends
 from lodestream.agents.site.transfers.stage_cache import StageCache, cache_key
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer, work_and_tick
+from lodestream.eventlog.pull import (
+    PullLoop,
+    each_message,
+    pull_consumer,
+    settle_delivery,
+    stream_seq,
+    work_and_tick,
+)
 from lodestream.platform_adapters.transfers.base import (
     TaskStatus,
     TransferBatch,
@@ -158,7 +165,7 @@ class TransferModule:
             await work_and_tick(pulling, handle, self.cycle, self._cfg.poll_interval_s, stop)
         finally:
             for held in self.held.values():
-                await _settle(held.msg.nak())
+                await settle_delivery(held.msg.nak(), "transfers")
             await asyncio.to_thread(self.backends.close)
             with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
@@ -171,7 +178,7 @@ class TransferModule:
         except Untrusted as exc:
             self.stats.skipped += 1
             log.warning("transfers: skipped delivery on %s: %s", msg.subject, exc)
-            await _settle(msg.term())
+            await settle_delivery(msg.term(), "transfers")
             return
         held = self.held.get(event.aggregate_id)
         if held is not None:  # redelivered while held here (a slow cycle): keep the newest
@@ -181,11 +188,13 @@ class TransferModule:
             view = await read_item(self._js, self._site, event.aggregate_id)
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("transfers: cannot read item %s yet (%s)", event.aggregate_id, exc)
-            await _settle(msg.nak(delay=5))
+            await settle_delivery(msg.nak(delay=5), "transfers")
             return
-        view = view or ItemView(event.aggregate_id, event.data, _seq(msg), request_id=event.id)
+        view = view or ItemView(
+            event.aggregate_id, event.data, stream_seq(msg), request_id=event.id
+        )
         if view.final:
-            await _settle(msg.ack())
+            await settle_delivery(msg.ack(), "transfers")
             return
         held = Held(view, msg)
         self.held[view.id] = held
@@ -203,7 +212,7 @@ class TransferModule:
         if time.monotonic() - self._progress_at >= PROGRESS_EVERY_S:
             self._progress_at = time.monotonic()
             for held in self.held.values():
-                await _settle(held.msg.in_progress())
+                await settle_delivery(held.msg.in_progress(), "transfers")
 
     # --- submitting -------------------------------------------------------------------------
 
@@ -429,7 +438,7 @@ class TransferModule:
 
     async def _release(self, held: Held) -> None:
         self.held.pop(held.view.id, None)
-        await _settle(held.msg.ack())
+        await settle_delivery(held.msg.ack(), "transfers")
 
     async def _append(self, held: Held, event: Event) -> bool:
         """Append on the item's last event; False if the item moved on (then it is re-read)."""
@@ -457,16 +466,3 @@ def _request(msg: Any, site: str) -> TransferRequested:
     if not isinstance(event, TransferRequested):
         raise Untrusted(f"{event.type} is not work of {XFER.durable(site)}")
     return event
-
-
-def _seq(msg: Any) -> int:
-    return int(msg.metadata.sequence.stream)
-
-
-async def _settle(settling: Any) -> None:
-    """Ack, nak, term or in_progress; if NATS is away the server redelivers later, which the
-    log's compare-and-set makes safe, so a failure is only logged."""
-    try:
-        await settling
-    except nats.errors.Error as exc:
-        log.warning("transfers: could not settle a delivery: %s", exc or type(exc).__name__)
