@@ -216,11 +216,10 @@ def outside_filter(
     core handing them back (measured: ~3,300 a second). The cap, :data:`HAND_BACK_MAX_S` and
     a twelfth of the site's ``idle_ttl_s`` (its pilots share it), keeps a dozen chances for a
     pilot that wants the job to be the one it comes back to before that pilot idles out.
-    ``jitter`` (uniform in [0, 1), from the caller) takes up to half off: a delay that is a
-    whole number of the pilots' fetch waits (0.25 s) brings the job back at the same point
-    of every pilot's fetch cycle, and in tests the same pilot took it every time, until the
-    one that wanted it idled out. A retry that is not due yet (``not_due_s``) waits at least
-    until it is.
+    ``jitter`` (uniform in [0, 1), from the caller) takes up to half off, so that jobs
+    handed back together do not all come back at one instant, to whichever pilot's pull
+    request is the oldest open one then (the launcher also varies its fetch waits, for the
+    same reason). A retry that is not due yet (``not_due_s``) waits at least until it is.
     """
     missing = [f"{key}={value}" for key, value in filter_tags.items() if tags.get(key) != value]
     if not missing:

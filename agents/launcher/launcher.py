@@ -41,7 +41,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -89,6 +89,11 @@ NAK_DELAY_S = 0.5
 REFUSED_NAK_DELAY_S = 5.0
 REFUSALS_REMEMBERED = 10_000  # jobs whose refusal (or hand-back) was logged, once each
 LAPSED_POLL_S = 0.25
+# How long a fetch waits for a delivery: 0.25 s on average, varied so that pilots' pull
+# requests do not stay in step. The server gives a delivery to the oldest open request; in
+# step, one pilot's would be the oldest every time, and a job it hands back (outside its tag
+# filter) would come back to it every time, not to the pilot that wants it.
+FETCH_WAIT_S: Final = (0.15, 0.35)
 
 
 class Launcher:
@@ -238,7 +243,7 @@ class Launcher:
 
     async def _lease_loop(self, stop: asyncio.Event) -> str:
         sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._site))
-        pulling = PullLoop(sub, name="launcher", batch=self._fetch_size, timeout_s=0.25)
+        pulling = PullLoop(sub, name="launcher", batch=self._fetch_size, timeout_s=_fetch_wait_s)
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
@@ -594,6 +599,10 @@ class Launcher:
 
     def _key_of(self, tracked: Tracked) -> JobKey:
         return (self._site, uuid.UUID(tracked.task.job_id))
+
+
+def _fetch_wait_s() -> float:
+    return random.uniform(*FETCH_WAIT_S)  # noqa: S311 - jitter, not a secret
 
 
 def _first_time(seen: set[JobKey], key: JobKey) -> bool:

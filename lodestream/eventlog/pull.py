@@ -132,8 +132,10 @@ class PullLoop:
     """Fetch batches from ``sub`` and hand each non-empty one to a handler, until stopped.
 
     ``batch`` is a size or a function asked before every fetch (a pilot fetches only what
-    it has room for). What the handler raises is not caught here: each consumer decides
-    what a failed batch means (see :func:`each_message` for "no message stops me").
+    it has room for); so is ``timeout_s``, how long a fetch waits for its first message (a
+    pilot varies it, so that its pull requests do not stay in step with its peers'). What
+    the handler raises is not caught here: each consumer decides what a failed batch means
+    (see :func:`each_message` for "no message stops me").
     """
 
     def __init__(
@@ -142,21 +144,21 @@ class PullLoop:
         *,
         name: str,
         batch: int | Callable[[], int],
-        timeout_s: float,
+        timeout_s: float | Callable[[], float],
         retried: tuple[type[Exception], ...] = (nats.errors.Error,),
         retry_after_s: float = 0.5,
     ) -> None:
         self.sub = sub
         self.name = name
         self._batch = batch if callable(batch) else lambda: batch
-        self._timeout_s = timeout_s
+        self._timeout_s = timeout_s if callable(timeout_s) else lambda: timeout_s
         self._retried = retried
         self._retry_after_s = retry_after_s
 
     async def fetch(self) -> list[Msg]:
         """One batch; empty when nothing came within the timeout or NATS is away."""
         try:
-            return await self.sub.fetch(self._batch(), timeout=self._timeout_s)
+            return await self.sub.fetch(self._batch(), timeout=self._timeout_s())
         except TimeoutError:  # nats-py raises its own subclass or plain asyncio.TimeoutError
             return []
         except self._retried as exc:  # reconnecting, closed, no responders, API errors

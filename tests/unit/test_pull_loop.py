@@ -26,9 +26,11 @@ class Scripted:
 
     script: list[list[Any] | BaseException]
     sizes: list[int] = field(default_factory=list)
+    timeouts: list[float] = field(default_factory=list)
 
     async def fetch(self, batch: int, timeout: float) -> list[Any]:  # noqa: ASYNC109 - as PullConsumer
         self.sizes.append(batch)
+        self.timeouts.append(timeout)
         answer = self.script.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -77,6 +79,13 @@ async def test_the_batch_size_is_asked_before_every_fetch() -> None:
     batch: Callable[[], int] = lambda: next(room)  # noqa: E731
     await collect(loop_over(scripted, batch=batch), 2)
     assert scripted.sizes == [3, 1]
+
+
+async def test_the_wait_is_asked_before_every_fetch_too() -> None:
+    waits = iter([0.2, 0.3])
+    scripted = Scripted([[], []])
+    await collect(loop_over(scripted, timeout_s=lambda: next(waits)), 2)
+    assert scripted.timeouts == [0.2, 0.3]
 
 
 async def test_an_error_it_does_not_ride_out_is_the_callers() -> None:
