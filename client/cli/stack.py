@@ -6,6 +6,7 @@ import logging
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -102,13 +103,30 @@ def _print_info(info: StackInfo) -> None:
     console.print(table)
 
 
+CREDENTIAL_WAIT_S = 30.0
+
+
 def _monitor_credential(stack: EmbeddedStack, info: StackInfo) -> None:
-    """The local user's monitoring credential for `lode watch`, beside client.json."""
+    """The local user's monitoring credential for `lode watch`, beside client.json.
+
+    A convenience, never a reason for `lode up` to fail: the api answers 503 until its own
+    NATS connection is up (a moment after it serves health), so a 503 is waited out for a
+    while; if it persists the stack runs on and `lode watch` makes the credential later.
+    """
     from lodestream.client.credential import ensure_credential  # noqa: PLC0415
 
     path = info.state_dir / "monitor.json"
+    deadline = time.monotonic() + CREDENTIAL_WAIT_S
     with LodeClient(ClientConfig(info.api_url, info.token)) as client:
-        _, fresh = ensure_credential(client, path, info.websocket_url, info.ca_file)
+        while True:
+            try:
+                _, fresh = ensure_credential(client, path, info.websocket_url, info.ca_file)
+                break
+            except ApiError as exc:
+                if exc.status != 503 or time.monotonic() > deadline:
+                    err_console.print(f"[yellow]no monitoring credential yet:[/yellow] {exc}")
+                    return
+                time.sleep(0.5)
     if fresh:
         stack.supervise_once()  # apply it to nats-server now rather than at the next tick
     console.print(f"monitoring credential: {path}  (`lode watch` to see your sites live)")
