@@ -37,7 +37,7 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from lodestream.schemas.codec import EVENT_CLASSES, decode
+from lodestream.schemas.codec import EVENT_CLASSES, decode_as
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import DecodeError, Untrusted
 from lodestream.schemas.events.job import CreatedData
@@ -93,8 +93,12 @@ def site_writable_types() -> tuple[str, ...]:
 
 def event_from_message(subject: str, data: bytes) -> Event:
     """Decode ``data`` received on ``subject`` and check it; raise :class:`Untrusted`."""
+    # The subject names the type, so only that class is tried; a payload of another type
+    # still decodes (as what it says it is) and is refused by check_event below.
+    parts = subject.split(".")
+    event_type = f"{parts[2]}.{parts[4]}" if len(parts) == 5 else ""
     try:
-        event = decode(data)
+        event = decode_as(event_type, data)
     except DecodeError as exc:
         raise Untrusted(str(exc)) from exc
     return check_event(subject, event)
