@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import AwareDatetime, Field, field_validator
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.placement import SiteChoice
 from lodestream.schemas.resources import (
     INT32_MAX,
@@ -47,10 +47,15 @@ class LeaseData(EventData):
     attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
+DeviceIndex = Annotated[int, Field(ge=0, le=INT32_MAX)]
+"""A core or GPU index on a node. Bounded so that JSON parsers agree on it: orjson reads an
+integer beyond 64 bits as a float, pydantic's parser as an int."""
+
+
 class Placement(EventData):
     hostname: str
-    cores: tuple[int, ...] = ()
-    gpus: tuple[int, ...] = ()
+    cores: tuple[DeviceIndex, ...] = ()
+    gpus: tuple[DeviceIndex, ...] = ()
 
 
 class StartedData(EventData):
@@ -80,7 +85,7 @@ class CacheUseData(EventData):
 class RunResultData(EventData):
     return_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stderr_tail: str = Field("", max_length=MAX_TAIL)
-    runtime_s: float | None = Field(None, ge=0)
+    runtime_s: float | None = Field(None, ge=0, allow_inf_nan=False)  # as the codec reads it
     result: Any = None  # a Python app's return value, stored as jsonb
     cause: tuple[str, ...] = ()
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
@@ -140,7 +145,7 @@ class CreatedData(JobSpec):
 class JobCreated(Event):
     event_type: ClassVar[str] = "job.created"
     type: Literal["job.created"] = "job.created"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: CreatedData
 
     @field_validator("data", mode="before")
@@ -156,91 +161,91 @@ class JobCreated(Event):
 class JobAwaitingParents(Event):
     event_type: ClassVar[str] = "job.awaiting_parents"
     type: Literal["job.awaiting_parents"] = "job.awaiting_parents"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ParentsData
 
 
 class JobReady(Event):
     event_type: ClassVar[str] = "job.ready"
     type: Literal["job.ready"] = "job.ready"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobStagedIn(Event):
     event_type: ClassVar[str] = "job.staged_in"
     type: Literal["job.staged_in"] = "job.staged_in"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobPreprocessed(Event):
     event_type: ClassVar[str] = "job.preprocessed"
     type: Literal["job.preprocessed"] = "job.preprocessed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobLeased(Event):
     event_type: ClassVar[str] = "job.leased"
     type: Literal["job.leased"] = "job.leased"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: LeaseData
 
 
 class JobLeaseReleased(Event):
     event_type: ClassVar[str] = "job.lease_released"
     type: Literal["job.lease_released"] = "job.lease_released"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: LeaseData
 
 
 class JobLeaseExpired(Event):
     event_type: ClassVar[str] = "job.lease_expired"
     type: Literal["job.lease_expired"] = "job.lease_expired"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: LeaseData
 
 
 class JobStarted(Event):
     event_type: ClassVar[str] = "job.started"
     type: Literal["job.started"] = "job.started"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StartedData
 
 
 class JobRunDone(Event):
     event_type: ClassVar[str] = "job.run_done"
     type: Literal["job.run_done"] = "job.run_done"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: RunResultData = RunResultData()
 
 
 class JobRunErrored(Event):
     event_type: ClassVar[str] = "job.run_errored"
     type: Literal["job.run_errored"] = "job.run_errored"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: RunResultData
 
 
 class JobRunTimedOut(Event):
     event_type: ClassVar[str] = "job.run_timed_out"
     type: Literal["job.run_timed_out"] = "job.run_timed_out"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: RunResultData
 
 
 class JobPostprocessed(Event):
     event_type: ClassVar[str] = "job.postprocessed"
     type: Literal["job.postprocessed"] = "job.postprocessed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobRestartReady(Event):
     event_type: ClassVar[str] = "job.restart_ready"
     type: Literal["job.restart_ready"] = "job.restart_ready"
-    v: Literal[2] = 2
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: RetryData
 
 
@@ -253,14 +258,14 @@ def _restart_ready_v1(document: dict[str, Any]) -> dict[str, Any]:
 class JobStagedOut(Event):
     event_type: ClassVar[str] = "job.staged_out"
     type: Literal["job.staged_out"] = "job.staged_out"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobFinished(Event):
     event_type: ClassVar[str] = "job.finished"
     type: Literal["job.finished"] = "job.finished"
-    v: Literal[2] = 2
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: FinishedData = FinishedData()
 
 
@@ -273,21 +278,21 @@ def _finished_v1(document: dict[str, Any]) -> dict[str, Any]:
 class JobFailed(Event):
     event_type: ClassVar[str] = "job.failed"
     type: Literal["job.failed"] = "job.failed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: FailureData
 
 
 class JobKilled(Event):
     event_type: ClassVar[str] = "job.killed"
     type: Literal["job.killed"] = "job.killed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ReasonData = ReasonData()
 
 
 class JobReset(Event):
     event_type: ClassVar[str] = "job.reset"
     type: Literal["job.reset"] = "job.reset"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ReasonData = ReasonData()
 
 
