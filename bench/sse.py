@@ -50,6 +50,7 @@ async def run_clients(url: str, token: str, clients: int, since: int, out: Path)
     """
     counts = [0] * clients
     last = [since] * clients
+    opened = [False] * clients
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     host, port = urlsplit(url).hostname or "127.0.0.1", urlsplit(url).port or 80
@@ -64,6 +65,7 @@ async def run_clients(url: str, token: str, clients: int, since: int, out: Path)
             )
             pending = b"\n"
             while data := await reader.read(1 << 20):
+                opened[k] = True
                 pending += data
                 cut = pending.rfind(b"\n\n")
                 if cut < 0:
@@ -79,6 +81,7 @@ async def run_clients(url: str, token: str, clients: int, since: int, out: Path)
         # The slowest client's position, for the parent to wait on after a round.
         while not stop.is_set():
             await asyncio.to_thread(out.with_suffix(".min").write_text, str(min(last)))
+            await asyncio.to_thread(out.with_suffix(".open").write_text, str(sum(opened)))
             await asyncio.sleep(0.2)
 
     tasks = [asyncio.create_task(one(k)) for k in range(clients)]
@@ -123,7 +126,7 @@ async def with_clients(bench: Bench, clients: int, jobs: int, out: Path) -> dict
     reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     child = await asyncio.to_thread(subprocess.Popen, argv)
     try:
-        await slowest_at(out, since, 60)  # every stream open
+        await all_open(out, clients, 60)
         result = await live(bench, jobs, TIMEOUT_S)
         last = await bench.positions.stream_last()
         ended = time.perf_counter()
@@ -141,6 +144,19 @@ async def with_clients(bench: Bench, clients: int, jobs: int, out: Path) -> dict
     result["clients_received_min"] = min(received["counts"])
     result["clients_all_at_end"] = all(seq >= last for seq in received["last"])
     return result
+
+
+async def all_open(out: Path, clients: int, timeout_s: float) -> None:
+    """Until every client's stream has begun (the round must not start before)."""
+    progress = out.with_suffix(".open")
+    async with asyncio.timeout(timeout_s):
+        while True:
+            text = await asyncio.to_thread(
+                lambda: progress.read_text() if progress.exists() else ""
+            )
+            if text and int(text) >= clients:
+                return
+            await asyncio.sleep(0.1)
 
 
 async def slowest_at(out: Path, seq: int, timeout_s: float) -> None:

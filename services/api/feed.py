@@ -1,17 +1,18 @@
 """One client's push feed: SSE frames from the hub of its filter, or from its own consumer.
 
 A client near the live edge is fed by the :class:`~lodestream.services.api.feedhub.FeedHub`
-of its filter, which reads JetStream once for all such clients and keeps a shared
-history that each takes from at its own pace. A client that resumes
-from further back (``Last-Event-ID`` or ``since``) first reads through a consumer of its
-own — a *pull* consumer without acks, asked for no more than its outbox has room for, so
-whatever the client's speed the api holds at most ``queue_size`` events for it and
-nats-server holds the rest where it already is, in the stream — and joins the hub when it
-has caught up. A hub hands a client back to a consumer of its own when the client falls
-behind its history. A client whose outbox stays full for ``lag_s`` is told so
-(``event: lagged`` with the last sequence it was sent) and disconnected; it resumes with
-``Last-Event-ID`` (a browser's EventSource does that by itself). Consumers are deleted
-when their last reader goes; ``inactive_threshold`` removes them should the api die first.
+of its filter, which reads JetStream once for all such clients and keeps a shared history
+that each takes from at its own pace. A client further back than a hub's history (it
+resumed with ``Last-Event-ID`` or ``since``, or fell behind) reads through a consumer of
+its own — a *pull* consumer without acks, asked for no more than its outbox has room for,
+so whatever the client's speed the api holds at most ``queue_size`` events for it and
+nats-server holds the rest where it already is, in the stream — and joins its filter's
+hub as soon as the hub's history reaches back to it (starting one when it has caught up
+with the log and its filter has none). A client whose outbox stays full for ``lag_s`` is
+told so (``event: lagged`` with the last sequence it was sent) and disconnected; it
+resumes with ``Last-Event-ID`` (a browser's EventSource does that by itself). Consumers
+are deleted when their last reader goes; ``inactive_threshold`` removes them should the
+api die first.
 
 Every event passes :func:`lodestream.schemas.trust.event_from_message` (in
 :class:`~lodestream.services.api.feedframes.FrameCache`) before the caller's filter: what
@@ -82,17 +83,18 @@ class LiveFeed:
         return self._hub is not None
 
     async def open(self, log_end: int) -> None:
-        """Start feeding: from the hub when it starts at the end of the log."""
-        if self.position >= log_end and self._join_hub():
-            return
-        self._start_own()
+        """Start feeding: from its filter's hub if that holds what it needs (or if it starts
+        at the end of the log), else from a consumer of its own."""
+        if not await self._join_hub(start=self.position >= log_end):
+            self._start_own()
 
     async def close(self) -> None:
         """Release everything the client held; safe to call twice, and while cancelled."""
         self._closed = True
         hub, self._hub = self._hub, None
-        if hub is not None:
-            hub.leave(self)
+        pump = hub.leave(self) if hub is not None else None
+        if pump is not None:  # it was the hub's last client: its consumer goes too
+            await asyncio.wait([pump], timeout=2 * CLOSE_TIMEOUT_S)
         own, self._own = self._own, None
         if own is not None:
             own.cancel()
@@ -131,9 +133,10 @@ class LiveFeed:
             if chunk:
                 yield chunk
 
-    def _join_hub(self) -> bool:
-        self._hub = self._hubs.join(self._js, self, self._filter, self._settings)
-        return self._hub is not None
+    async def _join_hub(self, *, start: bool) -> bool:
+        hub = await self._hubs.join(self._js, self, self._filter, self._settings, start=start)
+        self._hub = hub
+        return hub is not None
 
     def _start_own(self) -> None:
         self._own = asyncio.create_task(self._run_own(), name="feed-own")
@@ -149,9 +152,10 @@ class LiveFeed:
                 if self.outbox.room <= 0:
                     await self._wait_for_room()
                     continue
-                if await self._fill(sub) and self._join_hub():
+                caught_up = await self._fill(sub)
+                if await self._join_hub(start=caught_up):
                     self.outbox.wake()  # frames() reads the hub once the outbox is sent
-                    return  # caught up: the hub of its filter feeds it from here
+                    return  # the hub of its filter feeds it from here
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -111,8 +111,17 @@ class FeedHub:
     def members(self) -> int:
         return len(self._members)
 
-    def start(self) -> None:
-        self._pump = asyncio.create_task(self._run(), name=f"feed-hub-{id(self):x}")
+    async def open(self) -> None:
+        """Create the hub's consumer and start reading it."""
+        config = consumer_config(self.filter, self._after_seq, self._settings)
+        name = (await self._js.add_consumer(EVENTS_STREAM, config)).name
+        try:
+            sub = await PullConsumer.on(self._js, EVENTS_STREAM, name).start()
+        except BaseException:
+            with contextlib.suppress(nats.errors.Error, NotFoundError, TimeoutError):
+                await self._js.delete_consumer(EVENTS_STREAM, name)
+            raise
+        self._pump = asyncio.create_task(self._run(sub, name), name=f"feed-hub-{name}")
 
     def join(self, member: Member) -> bool:
         """Feed ``member`` from its position on; False when the hub cannot (it stays out)."""
@@ -134,10 +143,14 @@ class FeedHub:
         self._members.add(member)
         return True
 
-    def leave(self, member: Member) -> None:
+    def leave(self, member: Member) -> asyncio.Task[None] | None:
+        """Stop feeding ``member``; the pump to await when that was the last member (it
+        deletes the consumer as it ends)."""
         self._members.discard(member)
-        if not self._members:
-            self._end()
+        if self._members:
+            return None
+        self._end()
+        return self._pump
 
     def _drop(self, member: Member) -> None:
         self.leave(member)
@@ -164,13 +177,8 @@ class FeedHub:
             await self._grown.wait()
         return None
 
-    async def _run(self) -> None:
-        name: str | None = None
-        sub: PullConsumer | None = None
+    async def _run(self, sub: PullConsumer, name: str) -> None:
         try:
-            config = consumer_config(self.filter, self._after_seq, self._settings)
-            name = (await self._js.add_consumer(EVENTS_STREAM, config)).name
-            sub = await PullConsumer.on(self._js, EVENTS_STREAM, name).start()
             while not self._ended:
                 await self._fill(sub)
         except asyncio.CancelledError:
@@ -183,10 +191,8 @@ class FeedHub:
         finally:
             with contextlib.suppress(nats.errors.Error, NotFoundError, TimeoutError):
                 async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    if sub is not None:
-                        await sub.stop()
-                    if name is not None:
-                        await self._js.delete_consumer(EVENTS_STREAM, name)
+                    await sub.stop()
+                    await self._js.delete_consumer(EVENTS_STREAM, name)
 
     async def _fill(self, sub: PullConsumer) -> None:
         try:
@@ -237,6 +243,10 @@ class FeedHub:
         # The newest chunk always stays: a client at the live edge reads it.
         return self._dropped + len(self._chunks) - 1
 
+    def abandon(self) -> None:
+        """End the hub now: it is forgotten and its clients go to consumers of their own."""
+        self._end()
+
     def _end(self) -> None:
         if self._ended:
             return
@@ -261,15 +271,28 @@ class FeedHubs:
         """How many clients each hub feeds now."""
         return {chosen: hub.members for chosen, hub in self._hubs.items()}
 
-    def join(
-        self, js: JetStreamContext, member: Member, chosen: FeedFilter, settings: StreamSettings
+    async def join(
+        self,
+        js: JetStreamContext,
+        member: Member,
+        chosen: FeedFilter,
+        settings: StreamSettings,
+        *,
+        start: bool,
     ) -> FeedHub | None:
-        """The hub now feeding ``member``, started for it if its filter has none; or None."""
+        """The hub now feeding ``member``: its filter's, or one started for it (``start``, for
+        a client at the end of the log); None when there is none it can read."""
         hub = self._hubs.get(chosen)
         if hub is None:
+            if not start:
+                return None
             hub = FeedHub(js, chosen, member.position, settings, self.cache, on_end=self._forget)
-            self._hubs[chosen] = hub
-            hub.start()
+            self._hubs[chosen] = hub  # before the await: a client opening meanwhile joins it
+            try:
+                await hub.open()
+            except BaseException:
+                hub.abandon()  # and any client that joined it meanwhile
+                raise
         return hub if hub.join(member) else None
 
     def _forget(self, hub: FeedHub) -> None:
