@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from lodestream.client.analytics.simulate.calibrate import Calibration
@@ -16,24 +18,25 @@ from lodestream.client.analytics.simulate.model import (
     io_s,
 )
 from lodestream.client.analytics.simulate.storage import SharedStorage
+from lodestream.schemas.placement import STRATEGIES
 
 
-def job(arrival: float = 0.0, compute: float = 1.0, *, site: str = "a", **costs: float) -> JobTrace:
+def job(arrival: float = 0.0, compute: float = 1.0, **costs: float) -> JobTrace:
     fields = {"prepare_s": 0.0, "dispatch_s": 0.0, "overhead_s": 0.0, "io_bytes": 0.0,
               "finish_s": 0.0, **costs}  # fmt: skip
     nodes = int(fields.pop("num_nodes", 1))
-    return JobTrace(site=site, app="x", num_nodes=nodes, arrival=arrival, compute_s=compute,
+    return JobTrace(site="a", app="x", num_nodes=nodes, arrival=arrival, compute_s=compute,
                     **fields)  # fmt: skip
 
 
 def calibration(
     jobs: list[JobTrace],
-    pilots: dict[str, tuple[PilotShape, ...]] | None = None,
+    pilots: Mapping[str, tuple[PilotShape, ...]] | None = None,
     storage: Storage | None = None,
 ) -> Calibration:
-    return Calibration(jobs=tuple(jobs), pilots=pilots or {"a": (PilotShape(0.0, (2,)),)},
-                       capacity_source="test", makespan_s=1.0, storage=storage,
-                       stages={})  # fmt: skip
+    shapes = dict(pilots) if pilots is not None else {"a": (PilotShape(0.0, (2,)),)}
+    return Calibration(jobs=tuple(jobs), pilots=shapes, capacity_source="test", makespan_s=1.0,
+                       storage=storage, stages={})  # fmt: skip
 
 
 def test_four_equal_jobs_on_two_slots_take_two_rounds_and_one_on_four() -> None:
@@ -110,8 +113,8 @@ def test_routing_spreads_jobs_over_sites() -> None:
     pilots = {"a": (PilotShape(0.0, (1,)),), "b": (PilotShape(0.0, (1,)),)}
     cal = calibration([job(0.0 + 0.001 * i) for i in range(4)], pilots)
     assert simulate(cal, Scenario()).makespan_s == pytest.approx(4.0)  # all where recorded
-    for strategy in ("round_robin", "shortest_backlog", "fastest_eta"):
-        prediction = simulate(cal, Scenario(strategy=strategy))  # type: ignore[arg-type]
+    for strategy in STRATEGIES:
+        prediction = simulate(cal, Scenario(strategy=strategy))
         assert prediction.per_site == {"a": 2, "b": 2}, strategy
         # a: jobs 0 and 2 back to back from 0; b: jobs 1 and 3 from 0.001.
         assert prediction.makespan_s == pytest.approx(2.001), strategy
