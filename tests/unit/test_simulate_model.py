@@ -34,7 +34,8 @@ def calibration(
     pilots: Mapping[str, tuple[PilotShape, ...]] | None = None,
     storage: Storage | None = None,
 ) -> Calibration:
-    shapes = dict(pilots) if pilots is not None else {"a": (PilotShape(0.0, (2,)),)}
+    default: dict[str, tuple[PilotShape, ...]] = {"a": (PilotShape(0.0, (2,)),)}
+    shapes = dict(pilots) if pilots is not None else default
     return Calibration(jobs=tuple(jobs), pilots=shapes, capacity_source="test", makespan_s=1.0,
                        storage=storage, stages={})  # fmt: skip
 
