@@ -7,7 +7,9 @@
   as the simulator itself hands them out; the pilot's time in the slot besides the process
   (spawn and report); result → job.finished.
 * **Run times**: each job's process run time (the pilot's profile when it recorded one).
-* **Capacity**: the pilots from their ``session.opened`` (nodes, a slot per core). A pilot
+* **Capacity**: the pilots from their ``session.opened``: their nodes, each with as many
+  slots as the pilot's packer gives the jobs it ran — a node's cores over a job's ranks, and
+  at most the jobs' ``node_packing_count`` (the most any of them allows). A pilot
   seen only in ``job.started`` (a feed without session events) is taken to have opened at
   its first lease, with one node as wide as the most runs it was seen to hold at once.
 * **I/O** (optional): with an I/O fraction and the bandwidth of the storage the run read
@@ -22,7 +24,7 @@ import heapq
 import statistics
 import uuid
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from lodestream.client.analytics.simulate.errors import BadScenario, NothingToCalibrate
 from lodestream.client.analytics.simulate.model import JobTrace, PilotShape, Storage
@@ -105,7 +107,9 @@ def _pilots(
     inferred = 0
     for session, ran in used.items():
         pilot = known.get(session)
-        if pilot is None:
+        if pilot is not None:
+            pilot = _packed(pilot, ran)
+        else:
             inferred += 1
             pilot = RecordedPilot(session, ran[0].site, min(j.started for j in ran),
                                   (_most_at_once(ran),))  # fmt: skip
@@ -117,6 +121,14 @@ def _pilots(
     if inferred == len(used):
         return by_site, "inferred from job.started (no session events)"
     return by_site, f"session events; {inferred} pilot(s) inferred from job.started"
+
+
+def _packed(pilot: RecordedPilot, ran: list[RecordedJob]) -> RecordedPilot:
+    """``pilot`` with a slot per job its packer could place at once on each node."""
+    ranks = max(j.ranks_per_node for j in ran)
+    per_node = max(j.per_node for j in ran)
+    slots = tuple(max(min(cores // ranks, per_node), 1) for cores in pilot.slots_per_node)
+    return replace(pilot, slots_per_node=slots)
 
 
 def _most_at_once(jobs: list[RecordedJob]) -> int:

@@ -37,6 +37,8 @@ class RecordedJob:
     site: str
     app: str
     num_nodes: int
+    per_node: int  # how many such jobs share a node: its node_packing_count
+    ranks_per_node: int
     created: float
     runnable: float  # its runnable event (the one its successful run was leased from)
     started: float  # job.started: the lease
@@ -54,12 +56,12 @@ class RecordedJob:
 
 @dataclass(frozen=True, slots=True)
 class RecordedPilot:
-    """A pilot session: when it opened, and its nodes' cores (a slot per core)."""
+    """A pilot session: when it opened, and its nodes' cores."""
 
     session: uuid.UUID
     site: str
     opened: float
-    slots_per_node: tuple[int, ...]
+    slots_per_node: tuple[int, ...]  # its nodes' cores; the slots they give once calibrated
 
 
 @dataclass(slots=True)
@@ -75,6 +77,8 @@ class _Partial:
     site: str
     app: str = ""
     num_nodes: int = 1
+    per_node: int = 1
+    ranks_per_node: int = 1
     created: float | None = None
     runnable: float | None = None
     started: float | None = None
@@ -123,6 +127,7 @@ def _apply(job: _Partial, event: Event) -> None:
     match event:
         case JobCreated(data=spec):
             job.created, job.app, job.num_nodes = at, spec.app, spec.num_nodes
+            job.per_node, job.ranks_per_node = spec.node_packing_count, spec.ranks_per_node
             job.runnable = job.runnable if job.runnable is not None else at
         case JobPreprocessed() | JobRestartReady():
             job.runnable = at
@@ -143,6 +148,7 @@ def _done(job_id: uuid.UUID, job: _Partial) -> RecordedJob | None:
         return None
     run_s = _run_s(job.started, job.result, job.run)
     return RecordedJob(job_id=job_id, site=job.site, app=job.app, num_nodes=job.num_nodes,
+                       per_node=job.per_node, ranks_per_node=job.ranks_per_node,
                        created=job.created, runnable=min(job.runnable, job.started),
                        started=job.started, result=job.result, finished=job.finished,
                        session=job.session, run_s=run_s)  # fmt: skip
