@@ -3,10 +3,10 @@ take slots on pilots, (read from shared storage,) compute, finish. One ``heapq``
 
 How the pilots are modelled, and why:
 
-* A site's runnable jobs wait in one FIFO queue (the ``launch-<site>`` consumer delivers in
-  log order). A free slot goes to the first job that fits; jobs that do not fit are passed
-  over, as a pilot hands back what it cannot place, but only within the first
-  :data:`SCAN` of the queue (a pilot fetches at most that many at once).
+* A site's runnable jobs wait in log order (the ``launch-<site>`` consumer delivers so). A
+  free slot goes to the earliest job that fits; one that does not is passed over, as a
+  pilot hands back what it cannot place (kept as one FIFO queue per job width, since a job
+  that does not fit means no later job of its width does).
 * A job of one node takes one slot of any node of an open pilot; a job of ``n > 1`` nodes
   takes ``n`` whole idle nodes of one pilot (an MPI job).
 * A job holds its slot from the moment it is dispatched for its recorded dispatch delay,
@@ -31,7 +31,6 @@ from lodestream.client.analytics.simulate.model import JobTrace, Scenario, amdah
 from lodestream.client.analytics.simulate.storage import SharedStorage
 from lodestream.services.api.placement import THROUGHPUT_WINDOW_S, SiteLoad, choose
 
-SCAN = 256
 _ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE = range(5)
 
 
@@ -51,33 +50,50 @@ class Prediction:
 class _Pilot:
     size: list[int]
     free: list[int]
+    free_slots: int = 0  # counters, so that a full pilot is passed over at once
+    idle_nodes: int = 0
+
+    def __post_init__(self) -> None:
+        self.free_slots = sum(self.free)
+        self.idle_nodes = sum(1 for f, s in zip(self.free, self.size, strict=True) if f == s)
 
     def take(self, nodes: int) -> tuple[int, ...] | None:
         if nodes == 1:
+            if not self.free_slots:
+                return None
             for j, left in enumerate(self.free):
                 if left:
+                    self.idle_nodes -= left == self.size[j]
                     self.free[j] -= 1
+                    self.free_slots -= 1
                     return (j,)
             return None
-        idle = [j for j, left in enumerate(self.free) if left == self.size[j]]
-        if len(idle) < nodes:
+        if self.idle_nodes < nodes:
             return None
-        taken = tuple(idle[:nodes])
+        taken = tuple([j for j, left in enumerate(self.free) if left == self.size[j]][:nodes])
         for j in taken:
+            self.free_slots -= self.free[j]
             self.free[j] = 0
+        self.idle_nodes -= nodes
         return taken
 
-    def give_back(self, taken: tuple[int, ...]) -> None:
-        if len(taken) == 1:  # one slot (a job of several nodes took them whole)
-            self.free[taken[0]] += 1
+    def give_back(self, taken: tuple[int, ...], nodes: int) -> None:
+        if nodes == 1:
+            j = taken[0]
+            self.free[j] += 1
+            self.free_slots += 1
+            self.idle_nodes += self.free[j] == self.size[j]
             return
         for j in taken:
+            self.free_slots += self.size[j]
             self.free[j] = self.size[j]
+        self.idle_nodes += nodes
 
 
 @dataclass(slots=True)
 class _Site:
-    queue: deque[int] = field(default_factory=deque)
+    # The runnable jobs, one FIFO queue per width (nodes): (order of becoming runnable, job).
+    queues: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
     pilots: list[_Pilot] = field(default_factory=list)
     widest: int = 0  # nodes of its widest pilot (open or not)
     storage: SharedStorage | None = None
@@ -156,7 +172,7 @@ class _Run:
             if kind == _RUNNABLE:
                 site = self.sites[self.site_of[i]]
                 self.runnable_at[i] = now
-                site.queue.append(i)
+                site.queues.setdefault(self.nodes[i], deque()).append((self.seq, i))
                 self._dispatch(site, now)
             elif kind == _DONE:
                 self._done(i, now)
@@ -195,23 +211,28 @@ class _Run:
         self._push(now + job.prepare_s, _RUNNABLE, i)
 
     def _dispatch(self, site: _Site, now: float) -> None:
-        queue = site.queue
-        k = 0
-        while k < len(queue) and k < SCAN:
-            i = queue[k]
-            taken = None
+        """Start the earliest runnable job that fits, until none does. A job that does not
+        fit blocks only the jobs of its width (they need the same), not narrower ones."""
+        blocked: set[int] = set()
+        while True:
+            first = None
+            for width, queue in site.queues.items():
+                if queue and width not in blocked and (first is None or queue[0] < first[0]):
+                    first = (queue[0], width)
+            if first is None:
+                return
+            (_, i), width = first
             for pilot in site.pilots:
-                taken = pilot.take(self.nodes[i])
+                taken = pilot.take(width)
                 if taken is not None:
                     self.alloc[i] = (pilot, taken)
+                    site.queues[width].popleft()
+                    self._start(i, now)
                     break
-            if taken is None:
-                if self.nodes[i] == 1:
-                    return  # no slot is free anywhere: nothing further fits either
-                k += 1
-                continue
-            del queue[k]
-            self._start(i, now)
+            else:
+                if width == 1:
+                    return  # not one slot free: no job of any width fits
+                blocked.add(width)
 
     def _start(self, i: int, now: float) -> None:
         job = self.jobs[i]
@@ -230,7 +251,7 @@ class _Run:
 
     def _done(self, i: int, now: float) -> None:
         pilot, taken = self.alloc.pop(i)
-        pilot.give_back(taken)
+        pilot.give_back(taken, self.nodes[i])
         self.end = max(self.end, now + self.jobs[i].finish_s)
         site = self.sites[self.site_of[i]]
         if self.scenario.strategy is not None:

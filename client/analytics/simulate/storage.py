@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 
-_EPSILON = 1e-9  # bytes: float rounding when the heap's first is exactly due
+_RELATIVE = 1e-9  # float rounding when the heap's first is exactly due: of the bytes counted
 
 
 class SharedStorage:
@@ -40,9 +40,13 @@ class SharedStorage:
         return self._at + left * len(self._active) / self.bandwidth
 
     def pop_ended(self, now: float) -> list[int]:
-        """The jobs whose transfer has ended by ``now``."""
+        """The jobs whose transfer has ended by ``now``, which is :meth:`next_end`'s time or
+        later: the first active transfer is among them even if rounding left it a byte short
+        (else the caller would wait for it at the same time for ever)."""
+        due = self.next_end()
         self._advance(now)
-        ended = []
-        while self._active and self._active[0][0] <= self._virtual + _EPSILON:
+        ended = [heapq.heappop(self._active)[1]] if due is not None and now >= due else []
+        slack = _RELATIVE * max(1.0, self._virtual)
+        while self._active and self._active[0][0] <= self._virtual + slack:
             ended.append(heapq.heappop(self._active)[1])
         return ended
