@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from typing import Annotated, Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
 from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.placement import SiteChoice
@@ -82,6 +83,42 @@ class CacheUseData(EventData):
     bypassed: int = Field(0, ge=0, le=INT32_MAX)
 
 
+class RunProfile(EventData):
+    """When the pilot did what for one run: per-component timestamps, as RADICAL-Pilot records.
+
+    ``leased_at``: the pilot's ``job.started`` (the lease) was acknowledged; ``spawning_at``:
+    it began spawning the task (rendering its script, then fork/exec); ``started_at``: the
+    process was started (the launcher's ``Popen`` returned); ``exited_at``: the pilot observed
+    its end. The result event's own ``occurred_at`` is when the result was sent. ``pid`` is
+    the task's process id (on the worker rank's node for a task of an mpi-mode pilot, whose
+    times are rank 0's observations). It is recorded here and not in ``job.started``: that
+    event is the lease and is appended before the task is spawned (docs/architecture.md,
+    "Profiling inside the pilot").
+
+    The times are the pilot's wall clock and must not go backwards; a step of that clock
+    during a run makes the pilot leave the profile out rather than lose the result.
+    """
+
+    leased_at: AwareDatetime
+    spawning_at: AwareDatetime | None = None
+    started_at: AwareDatetime | None = None
+    exited_at: AwareDatetime | None = None
+    pid: int | None = Field(None, ge=0, le=INT32_MAX)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        steps = [("leased_at", self.leased_at), ("spawning_at", self.spawning_at),
+                 ("started_at", self.started_at), ("exited_at", self.exited_at)]  # fmt: skip
+        known = [(name, at) for name, at in steps if at is not None]
+        for (before, early), (after, late) in itertools.pairwise(known):
+            if late < early:
+                raise ValueError(f"{after} ({late.isoformat()}) is before {before} "
+                                 f"({early.isoformat()})")  # fmt: skip
+        if self.pid is not None and self.started_at is None:
+            raise ValueError("a pid without started_at: no process was started")
+        return self
+
+
 class RunResultData(EventData):
     return_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stderr_tail: str = Field("", max_length=MAX_TAIL)
@@ -91,6 +128,7 @@ class RunResultData(EventData):
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
     attempt: int = Field(1, ge=1, le=INT32_MAX)
     cache: CacheUseData | None = None  # set when the app has cacheable inputs and the pilot a cache
+    profile: RunProfile | None = None  # when the pilot leased, spawned, started and saw the end
 
     @field_validator("result")
     @classmethod
