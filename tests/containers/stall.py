@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from nats.errors import NoRespondersError
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NoStreamResponseError
 
 PROBE_EVERY_S = 0.02
 PROBE_TIMEOUT_S = 0.5
@@ -37,13 +37,13 @@ class StallProbe:
             headers = {"Nats-Expected-Last-Sequence": "1"}
             try:
                 await self.js.publish(subject, b"{}", headers=headers, timeout=PROBE_TIMEOUT_S)
+            except (NatsTimeoutError, NoRespondersError, NoStreamResponseError, TimeoutError):
+                self.unanswered += 1  # no leader (election), or the node we talk to is gone
             except APIError as exc:
                 if exc.err_code == WRONG_LAST_SEQUENCE:
                     self.answers.append(time.monotonic())
                 else:
                     self.unanswered += 1
-            except (NatsTimeoutError, NoRespondersError, TimeoutError):
-                self.unanswered += 1
             else:
                 raise AssertionError("a probe was stored: the stream ignored its expectation")
             await asyncio.sleep(PROBE_EVERY_S)
