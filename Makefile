@@ -47,6 +47,22 @@ xfer-deps: ## Install rsync and OpenSSH for the transfer tests (rsync over a loo
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(XFER_PACKAGES); \
 	fi
 
+DOCKER_PACKAGES := docker.io iptables
+
+.PHONY: docker-deps
+docker-deps: ## Install Debian's Docker engine for the container tests (cluster node loss; as root)
+	@if command -v dockerd >/dev/null && command -v docker >/dev/null && command -v iptables >/dev/null; then \
+	  echo "Docker is installed: $$(dockerd --version)"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "run as root (the tests start a private dockerd): sudo make docker-deps" >&2; exit 1; \
+	else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DOCKER_PACKAGES); \
+	fi
+
+.PHONY: images
+images: $(STAMP) ## Build the nats-server and Postgres images offline from the installed wheels
+	$(BIN)/python -m lodestream.infra.images
+
 .PHONY: ui-deps
 ui-deps: ## Install Debian's Chromium for the dashboard's headless browser test (as root)
 	@if command -v chromium >/dev/null; then \
