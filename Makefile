@@ -138,6 +138,10 @@ CHAOS_ROUNDS ?= 3
 chaos: $(STAMP) ## Chaos under load: every component SIGKILLed in turn (CHAOS_JOBS=500 CHAOS_ROUNDS=3)
 	LODE_CHAOS_JOBS=$(CHAOS_JOBS) LODE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(BIN)/pytest -q -s tests/chaos $(PYTEST_ARGS)
 
+.PHONY: cluster-faults
+cluster-faults: $(STAMP) ## The 3-node cluster in containers loses its EVENTS leader mid-run (root, make docker-deps)
+	LODE_CLUSTER_FAULTS=1 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
+
 .PHONY: clean
 clean: ## Remove caches (keeps the venv and the state dir)
 	rm -rf .mypy_cache .ruff_cache .pytest_cache build *.egg-info
