@@ -45,7 +45,7 @@ from lodestream.client.credential import MonitorCredential
 from lodestream.client.errors import CredentialRevoked, WatchError, WatchNotice
 from lodestream.client.watchfeed import INACTIVE_S, Restart, SiteFeed, Start
 from lodestream.infra.nats.monitor import monitor_inbox_prefix
-from lodestream.natsconn import TolerantClient, client_tls
+from lodestream.natsconn import TolerantClient, client_tls, server_urls
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import DecodeError, SubjectError, Untrusted
@@ -247,7 +247,7 @@ class Watch:
 
         nc = TolerantClient()
         options: dict[str, Any] = {
-            "servers": [cred.nats_url],
+            "servers": server_urls(cred.nats_url),
             "nkeys_seed_str": cred.seed,
             "inbox_prefix": monitor_inbox_prefix(cred.public_key),
             "name": "lode-watch",
