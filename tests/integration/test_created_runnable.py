@@ -5,7 +5,8 @@ A job with nothing to do before or after its run costs three events on the log â
 ``job.created`` (runnable), ``job.started`` (the lease), ``job.finished`` (carrying the run's
 result) â€” and neither the controller nor the site agent appends anything for it. A job whose
 app has a ``preprocess`` hook still goes through the site agent, and a DAG child still goes
-through the controller.
+through the controller. A runnable creation the fold refuses is quarantined and run by
+nobody, and rebuilding the read model from the log gives the same tables.
 """
 
 from __future__ import annotations
@@ -20,16 +21,19 @@ from nats.js import JetStreamContext
 
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.site.main import run as run_site_agent
-from lodestream.eventlog import ensure_streams, jetstream
+from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.natsconn import connect
+from lodestream.schemas.events.job import CreatedData, JobCreated
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.subjects import EVENTS_STREAM, aggregate_filter
 from lodestream.services.api.main import create_app
+from lodestream.services.projector.rebuild import Rebuild
 from tests.fixtures.api import ApiHarness, api_client, api_settings, running_projector
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_controller import running_controller
 from tests.integration.test_launcher import until_all
 from tests.support.processes import TEST_HEARTBEAT_TTL_S
+from tests.support.projection import table_digest, wait_for_position
 from tests.support.site import secure_site_dir
 
 USER, SITE = "ada", "alpha"
@@ -66,6 +70,12 @@ async def events_on_log(js: JetStreamContext, job_id: uuid.UUID) -> int:
         EVENTS_STREAM, subjects_filter=aggregate_filter(SITE, "job", job_id)
     )
     return sum((info.state.subjects or {}).values())
+
+
+async def events_digest(dsn: str) -> dict[str, tuple[int, str]]:
+    """The read models as :func:`table_digest` has them, less ``sessions``: that one folds
+    heartbeats too, of which the HB stream keeps only each session's newest for a rebuild."""
+    return {name: rows for name, rows in (await table_digest(dsn)).items() if name != "sessions"}
 
 
 async def until_hooks(dsn: str, app: str, timeout_s: float = 30) -> list[str]:
@@ -114,6 +124,10 @@ async def test_a_no_op_job_costs_three_events_and_the_other_paths_are_unchanged(
             ])  # fmt: skip
             assert response.status_code == 201, response.text
             ids = [noop, parent, child, prepped]
+            # The control plane's own key could append it; the projector, the controller and
+            # the pilot all refuse it (a runnable creation of a job with parents).
+            forged = illegal_creation(noop)
+            await EventLog(js).append(forged, expect=0)
             pilot = asyncio.create_task(
                 run_launcher(site.directory, wall_time_min=10, stop=stop_pilot)
             )
@@ -123,6 +137,13 @@ async def test_a_no_op_job_costs_three_events_and_the_other_paths_are_unchanged(
             stop_agent.set()
             await asyncio.wait_for(agent, 30)
             on_log = {job: await events_on_log(js, job) for job in ids}
+            await wait_for_position(
+                database_url, (await js.stream_info(EVENTS_STREAM)).state.last_seq
+            )
+        # The controller does not run during a rebuild: the control plane is down now.
+        live = await events_digest(database_url)
+        await Rebuild(js, database_url, batch_size=3).run()
+        assert await events_digest(database_url) == live  # the log folds the same again
     finally:
         await nc.close()
 
@@ -153,4 +174,17 @@ async def test_a_no_op_job_costs_three_events_and_the_other_paths_are_unchanged(
     assert on_log[prepped] == 5
     assert report.finished == 4
     assert report.not_runnable == 2  # the child's and the prepped job's job.created, acked
-    assert report.skipped == 0
+    assert report.skipped == 1  # the forged creation: terminated, never leased
+    assert await steps(database_url, forged.aggregate_id) == []
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute("SELECT subject, reason FROM rm.quarantine")
+        assert await cursor.fetchall() == [
+            (forged.subject, "illegal: job.created skips to runnable a job that has parents")
+        ]
+
+
+def illegal_creation(parent: uuid.UUID) -> JobCreated:
+    data = CreatedData(
+        site=SITE, app="hello", workdir="forged", parent_ids=(parent,), skipped=CREATED_RUNNABLE
+    )
+    return JobCreated.create(site=SITE, aggregate_id=uuid.uuid4(), actor=f"user:{USER}", data=data)
