@@ -30,12 +30,14 @@ def task_spec(
     data_dir: Path,
     base_env: Mapping[str, str],
 ) -> TaskSpec | str:
-    """The task to start for ``item``, or why it cannot start (it becomes the job's error)."""
+    """The task to start for ``item``, or why it cannot start (it becomes the job's error).
+
+    No I/O: the caller creates the workdir (:func:`make_workdir`) where blocking is harmless.
+    """
     if app is None:
         return f"app {item.spec.app!r} is not defined at site {item.site}"
     workdir = data_dir / item.spec.workdir
     try:
-        workdir.mkdir(parents=True, exist_ok=True)
         context = JobContext.from_spec(item.job_id, item.spec, data_dir, attempt=item.attempt)
         rendered = render_job(app, context)
         direct = rendered.direct
@@ -51,6 +53,12 @@ def task_spec(
         )  # fmt: skip
     except Exception as exc:  # site code (the app's template) may fail any way it likes
         return f"{type(exc).__name__}: {exc}"
+
+
+def make_workdir(spec: TaskSpec) -> None:
+    """Create the task's workdir (and its parents): a filesystem round trip, so it is made
+    in the worker thread that starts the task, never on the event loop."""
+    spec.workdir.mkdir(parents=True, exist_ok=True)
 
 
 def run_end(
