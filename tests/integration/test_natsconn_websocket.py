@@ -62,14 +62,15 @@ def _count_frames(nc: Client) -> list[int]:
     """Record the size of every websocket frame ``nc`` sends from now on."""
     transport: Any = nc._transport
     assert isinstance(transport, CoalescingWebSocketTransport)
+    ws: Any = transport._ws
     sizes: list[int] = []
-    send_bytes = transport._ws.send_bytes
+    send_bytes = ws.send_bytes
 
     async def counted(data: bytes, *args: Any, **kwargs: Any) -> None:
         sizes.append(len(data))
         await send_bytes(data, *args, **kwargs)
 
-    transport._ws.send_bytes = counted
+    ws.send_bytes = counted
     return sizes
 
 
