@@ -62,11 +62,21 @@ def make_workdir(spec: TaskSpec) -> None:
 
 
 def run_end(
-    item: WorkItem, tracked: Tracked, code: int, data_dir: Path, *, leased_at: float | None = None
+    item: WorkItem,
+    tracked: Tracked,
+    code: int,
+    data_dir: Path,
+    *,
+    python_app: bool,
+    leased_at: float | None = None,
 ) -> RunEnd:
     """What the pilot can observe of ``tracked``'s run, which ended with exit ``code``.
 
-    ``leased_at`` (``time.time()`` when the lease was acknowledged) adds the run's profile.
+    Only a Python-function app (``python_app``) has a result file, written by its pyrun
+    wrapper: a shell app's is never looked for (a file of that name is the job's own
+    output, not a result; and a failed open per job costs the event loop more than the rest
+    of the observation). ``leased_at`` (``time.time()`` when the lease was acknowledged) adds
+    the run's profile.
     """
     runtime = time.monotonic() - tracked.started
     profile = None if leased_at is None else profile_of(leased_at, tracked)
@@ -75,9 +85,9 @@ def run_end(
         return RunEnd(return_code=code, runtime_s=runtime, stderr_tail="", pyrun_result=None,
                       lost=lost, profile=profile)  # fmt: skip
     tail = "" if code == 0 else tracked.task.stderr_tail()
-    pyrun = data_dir / item.spec.workdir / PYRUN_RESULT
-    return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail,
-                  pyrun_result=_read_result(pyrun), profile=profile)  # fmt: skip
+    pyrun = _read_result(data_dir / item.spec.workdir / PYRUN_RESULT) if python_app else None
+    return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail, pyrun_result=pyrun,
+                  profile=profile)  # fmt: skip
 
 
 def profile_of(leased_at: float, tracked: Tracked) -> RunProfile | None:

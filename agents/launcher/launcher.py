@@ -460,9 +460,10 @@ class Launcher:
                 await self._report(item, decide.late_start(item, self.session.id))
             case AfterStart.RUN:
                 code = await tracked.done
-                end = run_end(item, tracked, code, self._data_dir, leased_at=leased_at)
-                end = replace(end, cache=cached)
                 app = self._app_models.get(item.spec.app)
+                end = run_end(item, tracked, code, self._data_dir, leased_at=leased_at,
+                              python_app=app is not None and app.python)  # fmt: skip
+                end = replace(end, cache=cached)
                 await self._report(item, decide.run_result(item, end, app))
 
     async def _submitted(self, item: WorkItem) -> bool:
