@@ -113,3 +113,14 @@ async def test_a_shared_frame_keeps_issue_order_and_compare_and_set(site_nc: Cli
         stored = await js.get_msg(EVENTS_STREAM, subject=winner.subject, direct=True)
         assert stored.seq == outcome.seq
         assert (stored.headers or {}).get("Nats-Msg-Id") == str(winner.id)
+
+
+async def test_a_flush_of_megabytes_is_one_stream_the_server_reads_whole(site_nc: Client) -> None:
+    """More than nats-py's pending limit (2 MiB) issued at once: frames of megabytes, each
+    command whole on the log."""
+    log = EventLog(site_nc.jetstream(), timeout_s=30.0)
+    frames = _count_frames(site_nc)
+    events = [_started(uuid.uuid4()) for _ in range(6000)]
+    outcomes = await asyncio.gather(*(log.append(e, expect=0) for e in events))
+    assert all(isinstance(o, Appended) for o in outcomes)
+    assert max(frames) > 1024 * 1024
