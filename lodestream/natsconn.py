@@ -9,7 +9,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from nats.aio.client import Client
+from nats.aio.client import Client, Srv
+from nats.aio.transport import WebSocketTransport
 
 from lodestream.settings import NatsSettings
 
@@ -17,8 +18,28 @@ log = logging.getLogger(__name__)
 ERROR_LOG_INTERVAL_S = 60.0
 
 
+class CoalescingWebSocketTransport(WebSocketTransport):
+    """A websocket transport that sends everything pending as one frame.
+
+    nats-py's own sends each queued protocol command (every PUB of a flush) as a frame of
+    its own: for a pilot that appends many events at once, the frame header, the client's
+    mask (a copy of the payload) and a TLS record per command are most of what publishing
+    costs. nats-server reads a websocket's frames as one byte stream, so commands may share
+    a frame; their order is kept.
+    """
+
+    async def drain(self) -> None:
+        chunks: list[bytes] = []
+        while not self._pending.empty():
+            chunks.append(self._pending.get_nowait())
+        if chunks:
+            assert self._ws is not None, "drain before connect"
+            await self._ws.send_bytes(chunks[0] if len(chunks) == 1 else b"".join(chunks))
+
+
 class TolerantClient(Client):
-    """A client whose read loop survives a subject that is not UTF-8.
+    """A client whose read loop survives a subject that is not UTF-8, and sends each flush
+    over a websocket as one frame (:class:`CoalescingWebSocketTransport`).
 
     nats-server accepts any bytes in a subject token (``*`` matches them), so a site may
     publish ``evt.<site>.job.\\xff.started`` on its own subjects and the stream stores it.
@@ -39,6 +60,15 @@ class TolerantClient(Client):
             _client=self,
             _sid=sid,
         )
+
+    async def _connect_to_server(self, s: Srv) -> None:
+        # nats-py creates its transport here on the first connect and keeps it for good:
+        # put ours in its place first (reconnects reuse it).
+        if self._transport is None and s.uri.scheme in ("ws", "wss"):
+            self._transport = CoalescingWebSocketTransport(
+                ws_headers=self.options["ws_connection_headers"]
+            )
+        await super()._connect_to_server(s)
 
 
 def client_tls(ca_file: str | None) -> ssl.SSLContext | None:

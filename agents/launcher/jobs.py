@@ -30,12 +30,14 @@ def task_spec(
     data_dir: Path,
     base_env: Mapping[str, str],
 ) -> TaskSpec | str:
-    """The task to start for ``item``, or why it cannot start (it becomes the job's error)."""
+    """The task to start for ``item``, or why it cannot start (it becomes the job's error).
+
+    No I/O: the caller creates the workdir (:func:`make_workdir`) where blocking is harmless.
+    """
     if app is None:
         return f"app {item.spec.app!r} is not defined at site {item.site}"
     workdir = data_dir / item.spec.workdir
     try:
-        workdir.mkdir(parents=True, exist_ok=True)
         context = JobContext.from_spec(item.job_id, item.spec, data_dir, attempt=item.attempt)
         rendered = render_job(app, context)
         direct = rendered.direct
@@ -53,12 +55,28 @@ def task_spec(
         return f"{type(exc).__name__}: {exc}"
 
 
+def make_workdir(spec: TaskSpec) -> None:
+    """Create the task's workdir (and its parents): a filesystem round trip, so it is made
+    in the worker thread that starts the task, never on the event loop."""
+    spec.workdir.mkdir(parents=True, exist_ok=True)
+
+
 def run_end(
-    item: WorkItem, tracked: Tracked, code: int, data_dir: Path, *, leased_at: float | None = None
+    item: WorkItem,
+    tracked: Tracked,
+    code: int,
+    data_dir: Path,
+    *,
+    python_app: bool,
+    leased_at: float | None = None,
 ) -> RunEnd:
     """What the pilot can observe of ``tracked``'s run, which ended with exit ``code``.
 
-    ``leased_at`` (``time.time()`` when the lease was acknowledged) adds the run's profile.
+    Only a Python-function app (``python_app``) has a result file, written by its pyrun
+    wrapper: a shell app's is never looked for (a file of that name is the job's own
+    output, not a result; and a failed open per job costs the event loop more than the rest
+    of the observation). ``leased_at`` (``time.time()`` when the lease was acknowledged) adds
+    the run's profile.
     """
     runtime = time.monotonic() - tracked.started
     profile = None if leased_at is None else profile_of(leased_at, tracked)
@@ -67,9 +85,9 @@ def run_end(
         return RunEnd(return_code=code, runtime_s=runtime, stderr_tail="", pyrun_result=None,
                       lost=lost, profile=profile)  # fmt: skip
     tail = "" if code == 0 else tracked.task.stderr_tail()
-    pyrun = data_dir / item.spec.workdir / PYRUN_RESULT
-    return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail,
-                  pyrun_result=_read_result(pyrun), profile=profile)  # fmt: skip
+    pyrun = _read_result(data_dir / item.spec.workdir / PYRUN_RESULT) if python_app else None
+    return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail, pyrun_result=pyrun,
+                  profile=profile)  # fmt: skip
 
 
 def profile_of(leased_at: float, tracked: Tracked) -> RunProfile | None:

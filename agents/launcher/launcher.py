@@ -57,7 +57,7 @@ from lodestream.agents.launcher.decide import (
     SiteShape,
 )
 from lodestream.agents.launcher.diffusion import Diffusion, count
-from lodestream.agents.launcher.jobs import run_end, task_spec
+from lodestream.agents.launcher.jobs import make_workdir, run_end, task_spec
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
@@ -477,9 +477,10 @@ class Launcher:
                 await self._report(item, decide.late_start(item, self.session.id))
             case AfterStart.RUN:
                 code = await tracked.done
-                end = run_end(item, tracked, code, self._data_dir, leased_at=leased_at)
-                end = replace(end, cache=cached)
                 app = self._app_models.get(item.spec.app)
+                end = run_end(item, tracked, code, self._data_dir, leased_at=leased_at,
+                              python_app=app is not None and app.python)  # fmt: skip
+                end = replace(end, cache=cached)
                 await self._report(item, decide.run_result(item, end, app))
 
     async def _submitted(self, item: WorkItem) -> bool:
@@ -530,8 +531,10 @@ class Launcher:
     async def _start(self, item: WorkItem, allocation: Allocation) -> Tracked | str:
         """Start the task; on failure return the reason (it becomes the job's error).
 
-        fork/exec of the job's shell takes milliseconds; it runs in a worker thread so
-        that spawns overlap and the event loop keeps leasing and reporting meanwhile.
+        Creating the workdir and fork/exec of the job take milliseconds on a busy
+        filesystem; both run in a worker thread so that spawns overlap and the event loop
+        keeps leasing and reporting meanwhile. A workdir that cannot be made fails the start
+        like a task that cannot be executed: the error names it.
         """
         spawning_at = time.time()
         spec = task_spec(item, allocation, self._apps.get(item.spec.app),
@@ -626,8 +629,9 @@ class Launcher:
 
 
 def _spawn(app_launcher: AppLauncher, spec: TaskSpec) -> tuple[RunningTask, float]:
-    """Start the task (in a worker thread) and say when its start returned, before the hop
-    back to the event loop: that is when the process was started."""
+    """Make the task's workdir and start the task (in a worker thread); say when its start
+    returned, before the hop back to the event loop: that is when the process was started."""
+    make_workdir(spec)
     task = app_launcher.start(spec)
     return task, time.time()
 
