@@ -1,0 +1,115 @@
+"""A copy of the log in a file, one JSON object per line: what ``lode analytics export`` writes
+and ``--from-file`` reads.
+
+Each line is one message of the ``EVENTS`` stream, with its stream sequence and subject::
+
+    {"seq": 42, "subject": "evt.alpha.job.<id>.started", "event": {...the event...}}
+    {"seq": 43, "subject": "evt.alpha.job.<id>.started", "raw": "not json"}
+
+``raw`` keeps, as text, a body that is not JSON, so that a copy reproduces what the log
+holds, refusals included: the copy is made without judging anything, and the shared rule
+judges each line when it is read, exactly as it judges a live message.
+
+The lines ``lode events --json`` prints (the API's job events) are read too. They hold no
+subject and no schema version: the subject is rebuilt from the event's site, type and job,
+and the version is the current one, which is what those rows hold (the projector stores the
+payload it decoded, upcast to the current version). They carry no session or batch events,
+so the pilot figures stay empty from such a file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+
+from lodestream.client.analytics.errors import SourceError
+from lodestream.client.analytics.intake import IntakeReport, Raw
+from lodestream.schemas.codec import CURRENT_VERSION
+
+LINES_PER_BATCH: Final = 10_000
+_API_KEYS: Final = frozenset({"seq", "job_id", "event_id", "site", "type", "occurred_at"})
+
+
+def export_line(raw: Raw) -> bytes:
+    """The line of ``raw`` (newline included)."""
+    head = {"seq": raw.seq, "subject": raw.subject}
+    try:
+        body = orjson.loads(raw.data)
+    except orjson.JSONDecodeError:
+        return orjson.dumps({**head, "raw": raw.data.decode(errors="replace")}) + b"\n"
+    return orjson.dumps({**head, "event": body}) + b"\n"
+
+
+def file_batches(
+    path: Path, report: IntakeReport, since_seq: int | None = None
+) -> Iterator[list[Raw]]:
+    """The messages of the copy at ``path``, in batches; lines that hold none are counted in
+    ``report``. :class:`SourceError` if the file cannot be read or holds no message at all."""
+    try:
+        handle = path.open("rb")
+    except OSError as exc:
+        raise SourceError(f"cannot read {path}: {exc.strerror or exc}") from exc
+    seen = 0
+    with handle:
+        batch: list[Raw] = []
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            raw = _message(line, number, report)
+            if raw is None:
+                if seen == 0 and number >= 10:
+                    raise SourceError(
+                        f"{path} is not a copy of the log: none of its first lines is an "
+                        "event line (lode analytics export writes one)"
+                    )
+                continue
+            seen += 1
+            if since_seq is None or raw.seq >= since_seq:
+                batch.append(raw)
+            if len(batch) >= LINES_PER_BATCH:
+                yield batch
+                batch = []
+        if batch:
+            yield batch
+    if seen == 0 and report.unreadable:
+        raise SourceError(f"{path} holds no event line ({report.unreadable} unreadable lines)")
+
+
+def _message(line: bytes, number: int, report: IntakeReport) -> Raw | None:
+    try:
+        document = orjson.loads(line)
+    except orjson.JSONDecodeError as exc:
+        report.refuse(0, "", "unreadable", f"line {number}: not JSON ({exc})")
+        return None
+    if not isinstance(document, dict) or not isinstance(document.get("seq"), int):
+        report.refuse(0, "", "unreadable", f"line {number}: no stream sequence")
+        return None
+    seq = document["seq"]
+    subject = document.get("subject")
+    if isinstance(subject, str) and "event" in document:
+        return Raw(seq, subject, orjson.dumps(document["event"]))
+    if isinstance(subject, str) and isinstance(document.get("raw"), str):
+        return Raw(seq, subject, document["raw"].encode())
+    if document.keys() >= _API_KEYS:
+        return _from_api_row(seq, document)
+    report.refuse(seq, "", "unreadable", f"line {number}: neither an export line nor an event row")
+    return None
+
+
+def _from_api_row(seq: int, row: dict[str, Any]) -> Raw:
+    kind, _, name = str(row["type"]).partition(".")
+    event = {
+        "id": row["event_id"],
+        "type": row["type"],
+        "v": CURRENT_VERSION.get(str(row["type"]), 1),
+        "site": row["site"],
+        "aggregate_id": row["job_id"],
+        "occurred_at": row["occurred_at"],
+        "actor": row.get("actor"),
+        "data": row.get("data"),
+    }
+    subject = f"evt.{row['site']}.{kind}.{row['job_id']}.{name}"
+    return Raw(seq, subject, orjson.dumps(event))
