@@ -4,6 +4,7 @@
 
     AnalyticsError           base; a LodeClientError, so the CLI reports it like any other
     ├── SourceError          the log cannot be read: no such file, not an export, no NATS
+    ├── OutputError          a report or a copy of the log cannot be written where asked
     ├── NothingSelected      the range or the filters select no job and no pilot
     └── NotEnoughData        a figure needs what the selection does not hold (a finished job)
 
@@ -22,6 +23,10 @@ class AnalyticsError(LodeClientError):
 
 class SourceError(AnalyticsError):
     """The events cannot be read from where they were asked from."""
+
+
+class OutputError(AnalyticsError):
+    """What was asked for cannot be written (a directory that cannot be made, a full disk)."""
 
 
 class NothingSelected(AnalyticsError):

@@ -43,9 +43,7 @@ def export_line(raw: Raw) -> bytes:
     return orjson.dumps({**head, "event": body}) + b"\n"
 
 
-def file_batches(
-    path: Path, report: IntakeReport, since_seq: int | None = None
-) -> Iterator[list[Raw]]:
+def file_batches(path: Path, report: IntakeReport) -> Iterator[list[Raw]]:
     """The messages of the copy at ``path``, in batches; lines that hold none are counted in
     ``report``. :class:`SourceError` if the file cannot be read or holds no message at all."""
     try:
@@ -67,8 +65,7 @@ def file_batches(
                     )
                 continue
             seen += 1
-            if since_seq is None or raw.seq >= since_seq:
-                batch.append(raw)
+            batch.append(raw)
             if len(batch) >= LINES_PER_BATCH:
                 yield batch
                 batch = []

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from lodestream.client.analytics.errors import SourceError
+from lodestream.client.analytics.errors import OutputError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line, file_batches
 from lodestream.client.analytics.replay import Replay
@@ -32,7 +32,7 @@ from lodestream.client.credential import MonitorCredential
 def load_file(path: Path, selection: Selection | None = None) -> Loaded:
     """The selection of the copy of the log at ``path`` (``lode analytics export``)."""
     replay = Replay(selection)
-    for raws in file_batches(path, replay.report, replay.selection.since_seq):
+    for raws in file_batches(path, replay.report):
         replay.take(raws)
     return replay.loaded()
 
@@ -86,7 +86,7 @@ async def _export(batches: AsyncIterator[list[Raw]], out: Path) -> int:
                 written += len(raws)
         partial.replace(out)  # a copy cut short never passes for a whole one
     except OSError as exc:
-        raise SourceError(f"cannot write {out}: {exc.strerror or exc}") from exc
+        raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc
     finally:
         partial.unlink(missing_ok=True)
     return written

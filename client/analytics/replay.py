@@ -21,7 +21,11 @@ class Replay:
         self._fold = TimelineFold(self.selection, self.report)
 
     def take(self, raws: Iterable[Raw]) -> None:
-        """Check and fold one batch of messages, in log order."""
+        """Check and fold one batch of messages, in log order (any before the selection's
+        start sequence are left out: a copy in a file holds them)."""
+        first = self.selection.since_seq
+        if first is not None:
+            raws = [raw for raw in raws if raw.seq >= first]
         apply = self._fold.apply
         for seq, event in accept(raws, self.report):
             apply(seq, event)

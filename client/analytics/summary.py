@@ -2,8 +2,9 @@
 
 The window runs from ``since`` (or the first folded event) to ``until`` (or the last one).
 A figure the selection cannot give is an :class:`Unavailable` with its reason; a selection
-that holds no job and no pilot at all is :class:`NothingSelected`, worded by why (nothing
-read, everything refused, or filters that match nothing).
+that holds no job and no pilot at all (or no job, when the filters are about jobs: apps and
+tags) is :class:`NothingSelected`, worded by why (nothing read, everything refused, or
+filters that match nothing).
 """
 
 from __future__ import annotations
@@ -68,8 +69,9 @@ def window_of(loaded: Loaded) -> Window:
 
 def summarize(loaded: Loaded, bin_s: float | None = None) -> Summary:
     """Every figure of ``loaded``; ``bin_s`` fixes the width of the time bins."""
-    timelines = loaded.timelines
-    if timelines.empty:
+    timelines, selection = loaded.timelines, loaded.selection
+    # Pilots without jobs are worth showing (idle nodes), unless the filters were about jobs.
+    if timelines.empty or (not timelines.jobs and (selection.apps or selection.tags)):
         raise _nothing(loaded)
     window = window_of(loaded)
     bins = Bins.over(window, bin_s)
@@ -105,7 +107,8 @@ def _nothing(loaded: Loaded) -> NothingSelected:
             f"all {intake.read:,} events read were refused by the shared rule; nothing to "
             "analyse (the refusals are listed with --json)"
         )
-    words = f"{intake.read:,} events read, but no job or pilot matches ({selection.describe()})"
+    what = "no job" if selection.apps or selection.tags else "no job or pilot"
+    words = f"{intake.read:,} events read, but {what} matches ({selection.describe()})"
     if counts.begun_before:
         words += (
             f"; {counts.begun_before:,} events belong to jobs or pilots created before the "

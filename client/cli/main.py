@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from lodestream.client.cli import (
+    analytics,
     apps,
     events,
     job_actions,
@@ -41,6 +42,7 @@ app.add_typer(apps.app_app, name="app")
 app.command("events")(events.events)
 app.add_typer(queue.queue_app, name="queue")
 app.command("watch")(watch.watch_command)
+app.add_typer(analytics.analytics_app, name="analytics")
 
 if __name__ == "__main__":
     app()

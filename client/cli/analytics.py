@@ -1,0 +1,244 @@
+"""``lode analytics summary|report|export``: figures of a run, replayed from the log.
+
+Where the events come from, in order of the options given:
+
+* ``--from-file FILE``: a copy of the log (``lode analytics export``, or ``lode events --json``);
+* ``--control-plane``: ``EVENTS`` over the control plane's NATS connection (operators: the
+  settings of ``lode projector``, from the environment or the embedded stack's state dir);
+* otherwise your sites, read with your monitoring credential as ``lode watch`` reads them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final, TypeVar
+
+import typer
+
+from lodestream.client.analytics.errors import AnalyticsError, SourceError
+from lodestream.client.analytics.jsonout import summary_json
+from lodestream.client.analytics.load import (
+    export_stream,
+    export_watch,
+    load_file,
+    load_stream,
+    load_watch,
+)
+from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.summary import Loaded, Summary, summarize
+from lodestream.client.cli.analytics_tables import print_summary
+from lodestream.client.cli.common import STATE_DIR_OPTION, console, parse_pairs, print_error
+from lodestream.client.cli.filters import parse_since
+from lodestream.client.cli.monitoring import (
+    CA_FILE_OPTION,
+    CREDENTIAL_OPTION,
+    NATS_URL_OPTION,
+    check_sites,
+    monitor_access,
+)
+from lodestream.client.errors import CredentialRevoked, LodeClientError
+from lodestream.settings import NatsSettings
+
+T = TypeVar("T")
+NEW_KEY_GRACE_S: Final = 15.0  # the control plane applies a new key within a few seconds
+CONNECT_TIMEOUT_S: Final = 10.0
+
+analytics_app = typer.Typer(help="Figures of a run, replayed from the event log.")
+
+SITE = typer.Option([], "--site", help="Only this site (repeatable).")
+APP = typer.Option([], "--app", help="Only jobs of this app (repeatable).")
+TAG = typer.Option([], "--tag", "-t", help="Only jobs with tag key=value (repeatable).")
+SINCE = typer.Option(
+    None, "--since",
+    help="From this stream sequence (a number), or jobs created since a time (ISO) or "
+    "duration (10m, 2h); default: the whole log.",
+)  # fmt: skip
+UNTIL = typer.Option(None, "--until", help="Jobs created until this time or duration ago.")
+FROM_FILE = typer.Option(None, "--from-file", help="Read a copy of the log (JSONL) instead.")
+CONTROL = typer.Option(
+    False, "--control-plane", help="Read EVENTS with the control plane's NATS settings."
+)
+BIN = typer.Option(None, "--bin", min=0.001, help="Width of the time bins in seconds.")
+
+
+def _selection(
+    site: list[str], app: list[str], tag: list[str], since: str | None, until: str | None
+) -> Selection:
+    since_seq, moment = None, None
+    if since is not None and since.strip().isdigit():
+        since_seq = int(since)
+    elif since is not None:
+        moment = parse_since(since)
+    try:
+        return Selection.of(
+            sites=site, apps=app, tags=parse_pairs(tag, "--tag"), since_seq=since_seq,
+            since=moment, until=parse_since(until) if until else None,
+        )  # fmt: skip
+    except AnalyticsError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _control_settings(state_dir: Path) -> NatsSettings:
+    from lodestream.services.embedded.state import apply_stack_environment  # noqa: PLC0415
+    from lodestream.settings import Settings  # noqa: PLC0415
+
+    apply_stack_environment(state_dir, "api")
+    return Settings().nats_settings().model_copy(update={"name": "lode-analytics"})
+
+
+async def _on_control_plane(settings: NatsSettings, work: Callable[..., Awaitable[T]]) -> T:
+    from lodestream.natsconn import connect  # noqa: PLC0415
+
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            nc = await connect(settings, max_reconnect_attempts=2)
+    except (TimeoutError, OSError) as exc:
+        raise SourceError(f"cannot connect to NATS at {settings.url}: {exc!r}") from exc
+    try:
+        return await work(nc)
+    finally:
+        await nc.close()
+
+
+async def _with_grace(fresh: bool, work: Callable[[], Awaitable[T]]) -> T:
+    """``work()``, tried again while a credential registered just now is not applied yet."""
+    deadline = time.monotonic() + (NEW_KEY_GRACE_S if fresh else 0.0)
+    while True:
+        try:
+            return await work()
+        except CredentialRevoked:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+def _load(
+    selection: Selection,
+    from_file: Path | None,
+    control_plane: bool,
+    credential: tuple[Path | None, str | None, Path | None],
+    state_dir: Path,
+) -> Loaded:
+    if from_file is not None:
+        return load_file(from_file, selection)
+    if control_plane:
+        settings = _control_settings(state_dir)
+        return asyncio.run(_on_control_plane(settings, lambda nc: load_stream(nc, selection)))
+    access = monitor_access(state_dir, *credential)
+    sites = check_sites(sorted(selection.sites), access.sites)
+    return asyncio.run(_with_grace(access.fresh, lambda: load_watch(
+        access.credential, sites, selection, log_end=access.log_end)))  # fmt: skip
+
+
+def _summary(loaded: Loaded, bin_s: float | None) -> Summary:
+    try:
+        return summarize(loaded, bin_s)
+    except AnalyticsError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+
+
+def _quiet() -> None:
+    # Refusals are listed in the output itself; a warning per skipped event would bury it.
+    logging.getLogger("lodestream.client.analytics").setLevel(logging.ERROR)
+
+
+@analytics_app.command("summary")
+def summary_command(
+    site: list[str] = SITE,
+    app: list[str] = APP,
+    tag: list[str] = TAG,
+    since: str | None = SINCE,
+    until: str | None = UNTIL,
+    from_file: Path | None = FROM_FILE,
+    control_plane: bool = CONTROL,
+    bin_s: float | None = BIN,
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Throughput, utilization, stage latencies (Table 1), Little's law, failures, overheads."""
+    _quiet()
+    selection = _selection(site, app, tag, since, until)
+    try:
+        loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
+                       state_dir)  # fmt: skip
+    except LodeClientError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+    summary = _summary(loaded, bin_s)
+    if as_json:
+        typer.echo(json.dumps(summary_json(summary)))
+    else:
+        print_summary(console, summary)
+
+
+@analytics_app.command("report")
+def report_command(
+    out: Path = typer.Option(..., "--out", help="Directory for index.html and the plots."),
+    site: list[str] = SITE,
+    app: list[str] = APP,
+    tag: list[str] = TAG,
+    since: str | None = SINCE,
+    until: str | None = UNTIL,
+    from_file: Path | None = FROM_FILE,
+    control_plane: bool = CONTROL,
+    bin_s: float | None = BIN,
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Write an HTML report with plots (needs the ``analytics`` extra: matplotlib)."""
+    _quiet()
+    selection = _selection(site, app, tag, since, until)
+    try:
+        from lodestream.client.analytics.report import write_report  # noqa: PLC0415
+
+        loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
+                       state_dir)  # fmt: skip
+        summary = _summary(loaded, bin_s)
+        index = write_report(out, summary, loaded.timelines)
+    except LodeClientError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+    console.print(f"report written: {index}")
+
+
+@analytics_app.command("export")
+def export_command(
+    out: Path = typer.Option(..., "--out", help="The JSONL file to write."),
+    site: list[str] = SITE,
+    since: str | None = typer.Option(
+        None, "--since", help="From this stream sequence, or this time (ISO) or duration ago."
+    ),
+    control_plane: bool = CONTROL,
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Copy the log (your sites, or all with --control-plane) to a file, one event a line."""
+    selection = _selection(site, [], [], since, None)
+    try:
+        if control_plane:
+            settings = _control_settings(state_dir)
+            written = asyncio.run(
+                _on_control_plane(settings, lambda nc: export_stream(nc, selection, out))
+            )
+        else:
+            access = monitor_access(state_dir, credential_file, nats_url, ca_file)
+            sites = check_sites(sorted(selection.sites), access.sites)
+            written = asyncio.run(_with_grace(access.fresh, lambda: export_watch(
+                access.credential, sites, selection, out, log_end=access.log_end)))  # fmt: skip
+    except LodeClientError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+    console.print(f"{written:,} events written to {out}")
