@@ -169,23 +169,24 @@ def utilization(summary: Summary) -> Table:
         table.add_row(_s(i * width), f"{b:.2f}", f"{h:.2f}", f"{a:.2f}",
                       f"{b / h:.0%}" if h else "-")  # fmt: skip
     overall = u.overall
-    table.add_row("window", f"{u.busy_node_s:,.0f} node-s", f"{u.provisioned_node_s:,.0f} node-s",
-                  f"{u.allocated_node_s:,.0f} node-s", "-" if overall is None else f"{overall:.0%}",
+    table.add_row("window", f"{_s(u.busy_node_s)} node-s", f"{_s(u.provisioned_node_s)} node-s",
+                  f"{_s(u.allocated_node_s)} node-s", "-" if overall is None else f"{overall:.0%}",
                   style="bold")  # fmt: skip
     return table
 
 
 def failures(summary: Summary) -> Table:
     table = Table(title="failures by cause chain")
-    for column in ("event", "cause chain", "events", "jobs", "now FAILED", "exit codes"):
+    for column in ("event", "cause chain", "events", "jobs", "now FAILED", "exit codes",
+                   "first one"):  # fmt: skip
         table.add_column(column, justify="right" if column in ("events", "jobs", "now FAILED")
                          else "left")  # fmt: skip
     if not summary.failures:
-        table.add_row("-", "no failure in the selection", "0", "0", "0", "")
+        table.add_row("-", "no failure in the selection", "0", "0", "0", "", "")
     for g in summary.failures:
         table.add_row(g.type, Text(" ← ".join(g.chain) or "(no cause recorded)"), f"{g.events:,}",
-                      f"{g.jobs:,}", f"{g.jobs_failed:,}",
-                      ", ".join(map(str, g.return_codes)))  # fmt: skip
+                      f"{g.jobs:,}", f"{g.jobs_failed:,}", ", ".join(map(str, g.return_codes)),
+                      Text(f"{g.example} (job {g.example_job})"))  # fmt: skip
     return table
 
 
