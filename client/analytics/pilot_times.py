@@ -1,12 +1,13 @@
 """The pilot's own timestamps of a run, where its events carry them.
 
-Pilots are gaining per-step stamps (RADICAL-Pilot style): when the lease was acknowledged
-(``leased_at``), when the process was being spawned (``spawned_at``), when it was seen to
-exit (``exited_at``), and its ``pid``. They travel in ``job.started`` and in the run's
-result event, either flat in ``data`` or under ``data.profile`` (a ``job.finished`` that
-stands for the run carries them in ``data.run``). Events written before that carry none,
-and the figures fall back to the events' own times; this module is the one place that
-knows where the stamps live, so the figures never look for them.
+Pilots record per-step stamps (RADICAL-Pilot style) in the run's result event, under
+``data.profile`` (``RunResultData.profile``; a ``job.finished`` that stands for the run
+carries it in ``data.run.profile``): ``leased_at`` (its ``job.started``, the lease, was
+acknowledged), ``spawning_at`` (it began spawning the task), ``started_at`` (the process
+was started), ``exited_at`` (it saw the process end) and the task's ``pid``. The same names
+are also read flat in ``data``, where ``spawned_at`` stands for ``started_at``. Events written
+before pilots recorded them carry none, and the figures fall back to the events' own times;
+this module is the one place that knows where the stamps live.
 """
 
 from __future__ import annotations
@@ -14,14 +15,13 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Final, NamedTuple
 
-_FIELDS: Final = ("leased_at", "spawned_at", "exited_at")
-
 
 class PilotStamps(NamedTuple):
     """POSIX seconds of each step the pilot recorded (None: not recorded)."""
 
     leased_at: float | None = None
-    spawned_at: float | None = None
+    spawning_at: float | None = None
+    started_at: float | None = None  # the process was started
     exited_at: float | None = None
     pid: int | None = None
 
@@ -31,35 +31,44 @@ NO_STAMPS: Final = PilotStamps()
 
 def stamps_of(data: Any) -> PilotStamps:
     """What ``data`` (an event's payload, or a run result inside one) records."""
-    found = _read(data)
+    flat = PilotStamps(
+        _seconds(getattr(data, "leased_at", None)),
+        _seconds(getattr(data, "spawning_at", None)),
+        _seconds(getattr(data, "spawned_at", None)),
+        _seconds(getattr(data, "exited_at", None)),
+        _pid(getattr(data, "pid", None)),
+    )
     profile = getattr(data, "profile", None)
-    if profile is not None:
-        found = _merge(found, _read(profile))
-    return found
+    if profile is None:
+        return flat if flat != NO_STAMPS else NO_STAMPS
+    nested = PilotStamps(
+        _seconds(getattr(profile, "leased_at", None)),
+        _seconds(getattr(profile, "spawning_at", None)),
+        _seconds(getattr(profile, "started_at", None)),
+        _seconds(getattr(profile, "exited_at", None)),
+        _pid(getattr(profile, "pid", None)),
+    )
+    return merge(nested, flat)
 
 
 def merge(first: PilotStamps, second: PilotStamps) -> PilotStamps:
     """``first``, with what it lacks taken from ``second``."""
-    return _merge(first, second)
-
-
-def _read(holder: Any) -> PilotStamps:
-    times = [getattr(holder, name, None) for name in _FIELDS]
-    pid = getattr(holder, "pid", None)
-    if all(t is None for t in times) and pid is None:
-        return NO_STAMPS
-    leased, spawned, exited = (t.timestamp() if isinstance(t, datetime) else None for t in times)
-    return PilotStamps(leased, spawned, exited, pid if isinstance(pid, int) else None)
-
-
-def _merge(first: PilotStamps, second: PilotStamps) -> PilotStamps:
     if second is NO_STAMPS:
         return first
     if first is NO_STAMPS:
         return second
     return PilotStamps(
         first.leased_at if first.leased_at is not None else second.leased_at,
-        first.spawned_at if first.spawned_at is not None else second.spawned_at,
+        first.spawning_at if first.spawning_at is not None else second.spawning_at,
+        first.started_at if first.started_at is not None else second.started_at,
         first.exited_at if first.exited_at is not None else second.exited_at,
         first.pid if first.pid is not None else second.pid,
     )
+
+
+def _seconds(value: object) -> float | None:
+    return value.timestamp() if isinstance(value, datetime) else None
+
+
+def _pid(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None

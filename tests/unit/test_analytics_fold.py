@@ -8,10 +8,12 @@ from datetime import timedelta
 import pytest
 
 from lodestream.client.analytics.errors import AnalyticsError
+from lodestream.client.analytics.figures.pilot import PilotOverhead, pilot_overhead
 from lodestream.client.analytics.fold import fold_timelines
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.pilot_times import NO_STAMPS, PilotStamps, merge, stamps_of
 from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.timeline import RunRecord
 from lodestream.schemas.codec import encode
 from lodestream.schemas.events import JobFinished, JobStarted
 from lodestream.schemas.events.job import FinishedData, StartedData
@@ -150,26 +152,50 @@ def test_the_fold_is_a_pure_function_of_typed_events() -> None:
     assert direct.batches == replayed.batches
 
 
-def test_pilot_stamps_are_read_flat_or_from_a_profile_and_merged() -> None:
-    class Profile:
+def test_pilot_stamps_are_read_from_a_profile_or_flat_and_merged() -> None:
+    class Profile:  # the shape of RunResultData.profile
         leased_at = T0 + timedelta(seconds=1)
-        spawned_at = T0 + timedelta(seconds=2)
+        spawning_at = T0 + timedelta(seconds=2)
+        started_at = T0 + timedelta(seconds=3)
         exited_at = None
         pid = 4242
 
-    class Flat:
-        exited_at = T0 + timedelta(seconds=9)
+    class Result:
+        exited_at = T0 + timedelta(seconds=9)  # flat, as the brief's job.run_done data has it
         profile = Profile()
+
+    class Started:
+        spawned_at = T0 + timedelta(seconds=4)  # flat: the process was spawned (started)
+        pid = True  # not a pid
 
     class Nothing:
         pass
 
     assert stamps_of(Nothing()) is NO_STAMPS
-    stamps = stamps_of(Flat())
-    assert stamps == PilotStamps(T0_S + 1, T0_S + 2, T0_S + 9, 4242)
-    assert merge(PilotStamps(exited_at=5.0), PilotStamps(1.0, 2.0, 3.0, 7)) == PilotStamps(
-        1.0, 2.0, 5.0, 7
+    assert stamps_of(Result()) == PilotStamps(T0_S + 1, T0_S + 2, T0_S + 3, T0_S + 9, 4242)
+    assert stamps_of(Started()) == PilotStamps(started_at=T0_S + 4)
+    assert merge(PilotStamps(exited_at=5.0), PilotStamps(1.0, 2.0, 3.0, 4.0, 7)) == PilotStamps(
+        1.0, 2.0, 3.0, 5.0, 7
     )
+
+
+def test_pilot_overhead_uses_the_stamps_where_runs_have_them() -> None:
+    stamped = RunRecord(1, None, started_at=T0_S + 10, started_seq=5,
+                        stamps=PilotStamps(T0_S + 10.5, T0_S + 11, T0_S + 11.25, T0_S + 20, 99),
+                        ended_at=T0_S + 20.5, outcome="done", reported_by_pilot=True,
+                        runtime_s=8.0)  # fmt: skip
+    plain = RunRecord(1, None, started_at=T0_S + 10, started_seq=9, ended_at=T0_S + 19,
+                      outcome="done", reported_by_pilot=True, runtime_s=8.5)  # fmt: skip
+    job = hand_log().loaded().timelines.jobs.popitem()[1]
+    job.runs = [stamped, plain]
+    overhead = pilot_overhead([job])
+    assert isinstance(overhead, PilotOverhead)
+    lease, spawn, report = (overhead.row(s) for s in ("lease → start", "spawn → start",
+                                                      "run end → reported"))  # fmt: skip
+    assert (lease.spread.n, lease.spread.max, lease.stamped) == (2, 0.75, 1)  # 11.25 - 10.5
+    assert (spawn.spread.n, spawn.spread.mean, spawn.stamped) == (1, 0.25, 1)
+    assert sorted([report.spread.min, report.spread.max]) == [0.5, 0.5]  # 20.5-20, 19-(10+8.5)
+    assert report.stamped == 1
 
 
 @pytest.mark.parametrize(

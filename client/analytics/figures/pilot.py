@@ -1,14 +1,16 @@
 """Pilot overhead of each run the pilot reported: lease → process start, run end → reported.
 
 =======================  =====================================================================
-lease → start            ``spawned_at - leased_at``: from the lease to the process being spawned
-run end → reported       result event's time - ``exited_at``: from the exit to its report
+lease → start            the process started (``started_at``) - the lease (``leased_at``)
+spawn → start            ``started_at - spawning_at``: making the process (stamped runs only)
+run end → reported       the result event's time - ``exited_at``: from the exit to its report
 =======================  =====================================================================
 
-Where the pilot's own stamps are missing (pilots older than them) the events' times stand
-in: the lease is a separate ``job.leased`` event's time or else ``job.started``'s (which
-*is* the lease), the start is ``job.started``'s time, and the exit is the start plus the
-``runtime_s`` the pilot measured. Each row says how many runs had real stamps.
+Where the pilot's own stamps (:mod:`~lodestream.client.analytics.pilot_times`) are missing
+(pilots older than them) the events' times stand in: the lease is a separate ``job.leased``
+event's time or else ``job.started``'s (which *is* the lease), the start is ``job.started``'s
+time, and the exit is the start plus the ``runtime_s`` the pilot measured. Each row says
+how many runs had real stamps.
 """
 
 from __future__ import annotations
@@ -43,8 +45,16 @@ def lease_to_start(run: RunRecord) -> tuple[float, bool]:
     lease = stamps.leased_at
     if lease is None:
         lease = run.lease_event_at if run.lease_event_at is not None else run.started_at
-    start = stamps.spawned_at if stamps.spawned_at is not None else run.started_at
-    return start - lease, stamps.leased_at is not None and stamps.spawned_at is not None
+    start = stamps.started_at if stamps.started_at is not None else run.started_at
+    return start - lease, stamps.leased_at is not None and stamps.started_at is not None
+
+
+def spawn_to_start(run: RunRecord) -> tuple[float, bool] | None:
+    """Seconds the pilot took to make the process (only from its own stamps)."""
+    stamps = run.stamps
+    if stamps.spawning_at is None or stamps.started_at is None:
+        return None
+    return stamps.started_at - stamps.spawning_at, True
 
 
 def end_to_report(run: RunRecord) -> tuple[float, bool] | None:
@@ -55,7 +65,7 @@ def end_to_report(run: RunRecord) -> tuple[float, bool] | None:
         return run.ended_at - run.stamps.exited_at, True
     if run.runtime_s is None:
         return None
-    start = run.stamps.spawned_at if run.stamps.spawned_at is not None else run.started_at
+    start = run.stamps.started_at if run.stamps.started_at is not None else run.started_at
     return run.ended_at - (start + run.runtime_s), False
 
 
@@ -64,8 +74,11 @@ def pilot_overhead(jobs: Iterable[JobTimeline]) -> PilotOverhead | Unavailable:
     if not runs:
         return Unavailable("no run was reported by a pilot in the selection")
     starts = [lease_to_start(run) for run in runs]
+    spawns = [s for s in (spawn_to_start(run) for run in runs) if s is not None]
     ends = [e for e in (end_to_report(run) for run in runs) if e is not None]
     rows = [_row("lease → start", starts)]
+    if spawns:
+        rows.append(_row("spawn → start", spawns))
     if ends:
         rows.append(_row("run end → reported", ends))
     return PilotOverhead(len(runs), tuple(rows))
