@@ -79,28 +79,28 @@ class TimelineFold:
 
     def apply(self, seq: int, event: Event) -> None:
         kind = event.kind
+        at = event.occurred_at.timestamp()
         if kind == "job":
-            folded = self._job(seq, event)
+            folded = self._job(seq, event, at)
         elif kind == "session":
-            folded = self._session(event)
+            folded = self._session(event, at)
         elif kind == "batch":
-            folded = self._batch(seq, event)
+            folded = self._batch(seq, event, at)
         else:
             self.timelines.counts.other += 1
             return
         if folded:
-            self._count(event)
+            self._count(at)
 
-    def _count(self, event: Event) -> None:
+    def _count(self, at: float) -> None:
         timelines = self.timelines
         timelines.counts.folded += 1
-        at = event.occurred_at.timestamp()
         if timelines.first_at is None or at < timelines.first_at:
             timelines.first_at = at
         if timelines.last_at is None or at > timelines.last_at:
             timelines.last_at = at
 
-    def _job(self, seq: int, event: Event) -> bool:
+    def _job(self, seq: int, event: Event, at: float) -> bool:
         job_id = event.aggregate_id
         view = self._views.get(job_id)
         if view is None and not self._known_new(job_id, event):
@@ -111,9 +111,9 @@ class TimelineFold:
             self.report.refuse(seq, event.subject, "transition", str(exc))
             return False
         if isinstance(event, JobCreated):
-            self.timelines.jobs[job_id] = start_timeline(seq, event)
+            self.timelines.jobs[job_id] = start_timeline(seq, event, at)
         else:
-            extend(self.timelines.jobs[job_id], seq, event)
+            extend(self.timelines.jobs[job_id], seq, event, at)
         return True
 
     def _known_new(self, job_id: uuid.UUID, event: Event) -> bool:
@@ -134,12 +134,12 @@ class TimelineFold:
             return False
         return True
 
-    def _session(self, event: Event) -> bool:
+    def _session(self, event: Event, at: float) -> bool:
         sessions = self.timelines.sessions
         if isinstance(event, SessionOpened):
             if event.aggregate_id in sessions:
                 return False  # opened twice: the first counts
-            if not self.selection.admits_opening(event.site, event.occurred_at.timestamp()):
+            if not self.selection.admits_opening(event.site, at):
                 self._left_out.add(event.aggregate_id)
                 self.timelines.counts.not_selected += 1
                 return False
@@ -152,7 +152,7 @@ class TimelineFold:
         end_session(session, event)
         return True
 
-    def _batch(self, seq: int, event: Event) -> bool:
+    def _batch(self, seq: int, event: Event, at: float) -> bool:
         batch_id = event.aggregate_id
         batches = self.timelines.batches
         if batch_id in self._left_out:
@@ -168,7 +168,7 @@ class TimelineFold:
             self.report.refuse(seq, event.subject, "transition", str(exc))
             return False
         if isinstance(event, BatchJobRequested):
-            if not self.selection.admits_opening(event.site, event.occurred_at.timestamp()):
+            if not self.selection.admits_opening(event.site, at):
                 self._left_out.add(batch_id)
                 self.timelines.counts.not_selected += 1
                 return False

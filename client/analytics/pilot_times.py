@@ -12,8 +12,11 @@ this module is the one place that knows where the stamps live.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any, Final, NamedTuple
+
+from pydantic import BaseModel
 
 
 class PilotStamps(NamedTuple):
@@ -29,26 +32,45 @@ class PilotStamps(NamedTuple):
 NO_STAMPS: Final = PilotStamps()
 
 
+_NAMES: Final = ("leased_at", "spawning_at", "spawned_at", "started_at", "exited_at", "pid",
+                  "profile")  # fmt: skip
+
+
+@functools.cache
+def _present(cls: type[Any]) -> frozenset[str]:
+    # Asking a pydantic model for a field it lacks costs microseconds (its __getattr__ runs
+    # and raises); a replay asks every event, so which names a payload class has is known once.
+    if issubclass(cls, BaseModel):
+        return frozenset(name for name in _NAMES if name in cls.model_fields)
+    return frozenset(_NAMES)
+
+
 def stamps_of(data: Any) -> PilotStamps:
     """What ``data`` (an event's payload, or a run result inside one) records."""
+    present = _present(data.__class__)
+    if not present:
+        return NO_STAMPS
+    values = {name: getattr(data, name, None) for name in present}
     flat = PilotStamps(
-        _seconds(getattr(data, "leased_at", None)),
-        _seconds(getattr(data, "spawning_at", None)),
-        _seconds(getattr(data, "spawned_at", None)),
-        _seconds(getattr(data, "exited_at", None)),
-        _pid(getattr(data, "pid", None)),
+        _seconds(values.get("leased_at")),
+        _seconds(values.get("spawning_at")),
+        _seconds(values.get("spawned_at")),
+        _seconds(values.get("exited_at")),
+        _pid(values.get("pid")),
     )
-    profile = getattr(data, "profile", None)
+    profile = values.get("profile")
     if profile is None:
         return flat if flat != NO_STAMPS else NO_STAMPS
-    nested = PilotStamps(
-        _seconds(getattr(profile, "leased_at", None)),
-        _seconds(getattr(profile, "spawning_at", None)),
-        _seconds(getattr(profile, "started_at", None)),
-        _seconds(getattr(profile, "exited_at", None)),
-        _pid(getattr(profile, "pid", None)),
+    inner = _present(profile.__class__)
+    nested = {name: getattr(profile, name, None) for name in inner}
+    found = PilotStamps(
+        _seconds(nested.get("leased_at")),
+        _seconds(nested.get("spawning_at")),
+        _seconds(nested.get("started_at")),
+        _seconds(nested.get("exited_at")),
+        _pid(nested.get("pid")),
     )
-    return merge(nested, flat)
+    return merge(found, flat)
 
 
 def merge(first: PilotStamps, second: PilotStamps) -> PilotStamps:

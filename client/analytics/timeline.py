@@ -13,10 +13,13 @@ figures read these many times. :func:`extend` trusts that the event is legal for
 
 from __future__ import annotations
 
+import functools
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, NamedTuple
+
+from pydantic import BaseModel
 
 from lodestream.client.analytics.pilot_times import NO_STAMPS, PilotStamps, merge, stamps_of
 from lodestream.schemas.envelope import Event
@@ -138,10 +141,9 @@ class JobTimeline:
         return entry.at if entry is not None else None
 
 
-def start_timeline(seq: int, event: JobCreated) -> JobTimeline:
-    """The timeline of the job ``event`` creates."""
+def start_timeline(seq: int, event: JobCreated, at: float) -> JobTimeline:
+    """The timeline of the job ``event`` creates (at time ``at``)."""
     spec = event.data
-    at = event.occurred_at.timestamp()
     timeline = JobTimeline(
         job_id=event.aggregate_id,
         site=event.site,
@@ -158,16 +160,22 @@ def start_timeline(seq: int, event: JobCreated) -> JobTimeline:
     return timeline
 
 
-def extend(timeline: JobTimeline, seq: int, event: Event) -> None:
-    """Add ``event`` (legal for the job, at sequence ``seq``) to ``timeline``."""
-    at = event.occurred_at.timestamp()
+@functools.cache
+def _fields(cls: type[BaseModel]) -> frozenset[str]:
+    # A pydantic model asked for a field it lacks runs its __getattr__ and raises, which costs
+    # microseconds on every event of a replay; which payloads have which fields is known once.
+    return frozenset(cls.model_fields)
+
+
+def extend(timeline: JobTimeline, seq: int, event: Event, at: float) -> None:
+    """Add ``event`` (legal for the job, at sequence ``seq`` and time ``at``) to ``timeline``."""
     data = event.data
-    attempt = getattr(data, "attempt", None)
-    if isinstance(attempt, int):
-        timeline.attempt = attempt
+    fields = _fields(type(data))
+    if "attempt" in fields:
+        timeline.attempt = data.attempt  # type: ignore[attr-defined]
     attempt = timeline.attempt
     entries = timeline.entries
-    for skipped in getattr(data, "skipped", ()):
+    for skipped in data.skipped if "skipped" in fields else ():  # type: ignore[attr-defined]
         target = TRANSITIONS[skipped].target
         if target is not None:
             entries.append(StateEntry(target, at, seq, attempt))
