@@ -70,7 +70,9 @@ class TimelineFold:
     ``report`` receives the illegal transitions (what the projector would quarantine).
     """
 
-    def __init__(self, selection: Selection | None = None, report: IntakeReport | None = None):
+    def __init__(
+        self, selection: Selection | None = None, report: IntakeReport | None = None
+    ) -> None:
         self.selection = selection or Selection()
         self.report = report or IntakeReport()
         self.timelines = Timelines()

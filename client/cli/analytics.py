@@ -196,7 +196,7 @@ def report_command(
     ca_file: Path | None = CA_FILE_OPTION,
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """Write an HTML report with plots (needs the ``analytics`` extra: matplotlib)."""
+    """Write an HTML report with plots (needs the analytics extra: matplotlib)."""
     _quiet()
     selection = _selection(site, app, tag, since, until)
     try:

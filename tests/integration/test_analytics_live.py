@@ -7,7 +7,7 @@ A stack (nats-server, Postgres, projector, controller, api) and a real pilot of 
 * ``lode analytics summary --json`` computes it again as a user does, over wss with the
   user's monitoring credential;
 * ``lode analytics export`` copies the log the same way, and ``summary --from-file`` of the
-  copy gives exactly the figures of the live read.
+  copy gives exactly the figures of the live read, as does ``summary --control-plane``.
 """
 
 from __future__ import annotations
@@ -82,7 +82,10 @@ def monitoring_credential(stack: Stack, path: Path) -> None:
 
 
 def lode(stack: Stack, *args: str) -> str:
-    env = {**os.environ, "LODE_API_URL": stack.api_url, "LODE_TOKEN": stack.tokens[ADA]}
+    env = {**os.environ, "LODE_API_URL": stack.api_url, "LODE_TOKEN": stack.tokens[ADA],
+           # What --control-plane reads (an operator's settings, as for `lode projector`).
+           "NATS_URL": stack.client_url, "LODE_NATS__USER": stack.control_user,
+           "LODE_NATS__PASSWORD": stack.control_password}  # fmt: skip
     argv = [sys.executable, "-m", "lodestream.client.cli.main", "analytics", *args]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -104,6 +107,9 @@ def test_the_summary_of_a_real_run_from_the_live_stream(
         lode(stack, "export", "--out", str(copy), *common)
         copied: dict[str, Any] = json.loads(lode(stack, "summary", "--json",
                                                  "--from-file", str(copy)))  # fmt: skip
+        operator: dict[str, Any] = json.loads(lode(stack, "summary", "--json", "--control-plane",
+                                                   "--site", "alpha", "--state-dir",
+                                                   str(tmp_path / ".lode")))  # fmt: skip
 
     # What the run was, as the control plane's replay folds it.
     assert summary.jobs_by_state == {"JOB_FINISHED": SLEEPERS, "RUN_ERROR": 1}
@@ -139,5 +145,9 @@ def test_the_summary_of_a_real_run_from_the_live_stream(
     ]
     assert live["read"]["refused_by_shared_rule"] == 0
     assert uuid.UUID(live["failures"][0]["example_job"])
-    # ...and a copy of the log folds into exactly the same figures.
+    # ...a copy of the log folds into exactly the same figures...
     assert copied == live
+    # ...and so does an operator's read of EVENTS (the same site's events, the same fold).
+    assert {k: v for k, v in operator.items() if k != "selection"} == {
+        k: v for k, v in live.items() if k != "selection"
+    }
