@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import signal
 import statistics
 import subprocess
@@ -27,8 +28,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 from bench.context import Bench, open_bench
 from bench.projector import live
@@ -41,37 +41,55 @@ TARGET_SLOWDOWN = 0.10
 
 
 async def run_clients(url: str, token: str, clients: int, since: int, out: Path) -> None:
-    """Child process: ``clients`` streams from ``since``; writes each one's count at SIGTERM."""
+    """Child process: ``clients`` streams from ``since``; writes each one's count at SIGTERM.
+
+    The clients stand for browsers on other machines, so their own cost on this one is kept
+    as small as it can be: a plain socket each, frames counted on the raw bytes (each write
+    of the api is whole frames, so no pattern is ever split by the chunked encoding's
+    size lines), no HTTP or SSE parsing in Python.
+    """
     counts = [0] * clients
     last = [since] * clients
+    opened = [False] * clients
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    host, port = urlsplit(url).hostname or "127.0.0.1", urlsplit(url).port or 80
 
-    async def one(k: int, client: httpx.AsyncClient) -> None:
-        headers = {"Authorization": f"Bearer {token}"}
+    async def one(k: int) -> None:
         while not stop.is_set():  # a lagged client resumes, as EventSource does
-            headers["Last-Event-ID"] = str(last[k])
-            async with client.stream("GET", "/events/stream", headers=headers) as response:
-                async for line in response.aiter_lines():
-                    if line.startswith("id: "):
-                        last[k] = int(line[4:])
-                    elif line.startswith("data: "):
-                        counts[k] += 1
+            reader, writer = await asyncio.open_connection(host, port)
+            writer.write(
+                f"GET /events/stream HTTP/1.1\r\nHost: {host}\r\n"
+                f"Authorization: Bearer {token}\r\nLast-Event-ID: {last[k]}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            pending = b"\n"
+            while data := await reader.read(1 << 20):
+                opened[k] = True
+                pending += data
+                cut = pending.rfind(b"\n\n")
+                if cut < 0:
+                    continue
+                done, pending = pending[: cut + 2], pending[cut + 1 :]
+                counts[k] += done.count(b"\ndata: ") - done.count(b"\nevent: ")
+                at = done.rfind(b"\nid: ")
+                if at >= 0:
+                    last[k] = int(done[at + 5 : done.index(b"\n", at + 1)])
+            writer.close()
 
     async def report() -> None:
         # The slowest client's position, for the parent to wait on after a round.
         while not stop.is_set():
             await asyncio.to_thread(out.with_suffix(".min").write_text, str(min(last)))
+            await asyncio.to_thread(out.with_suffix(".open").write_text, str(sum(opened)))
             await asyncio.sleep(0.2)
 
-    limits = httpx.Limits(max_connections=clients + 1)
-    async with httpx.AsyncClient(base_url=url, timeout=None, limits=limits) as client:
-        tasks = [asyncio.create_task(one(k, client)) for k in range(clients)]
-        tasks.append(asyncio.create_task(report()))
-        await stop.wait()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    tasks = [asyncio.create_task(one(k)) for k in range(clients)]
+    tasks.append(asyncio.create_task(report()))
+    await stop.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
     await asyncio.to_thread(out.write_text, json.dumps({"counts": counts, "last": last}))
 
 
@@ -105,9 +123,10 @@ async def with_clients(bench: Bench, clients: int, jobs: int, out: Path) -> dict
     argv = [sys.executable, "-m", "bench.sse", "--serve-clients", str(clients),
             "--url", info.api_url, "--token", info.token, "--since", str(since),
             "--out", str(out)]  # fmt: skip
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
     child = await asyncio.to_thread(subprocess.Popen, argv)
     try:
-        await slowest_at(out, since, 60)  # every stream open
+        await all_open(out, clients, 60)
         result = await live(bench, jobs, TIMEOUT_S)
         last = await bench.positions.stream_last()
         ended = time.perf_counter()
@@ -116,10 +135,28 @@ async def with_clients(bench: Bench, clients: int, jobs: int, out: Path) -> dict
     finally:
         child.send_signal(signal.SIGTERM)
         await asyncio.to_thread(child.wait, 60)
+    # The clients' own CPU (they stand for browsers elsewhere, but run on this machine).
+    now = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result["clients_cpu_s"] = round(
+        now.ru_utime + now.ru_stime - reaped.ru_utime - reaped.ru_stime, 2
+    )
     received = json.loads(await asyncio.to_thread(out.read_text))
     result["clients_received_min"] = min(received["counts"])
     result["clients_all_at_end"] = all(seq >= last for seq in received["last"])
     return result
+
+
+async def all_open(out: Path, clients: int, timeout_s: float) -> None:
+    """Until every client's stream has begun (the round must not start before)."""
+    progress = out.with_suffix(".open")
+    async with asyncio.timeout(timeout_s):
+        while True:
+            text = await asyncio.to_thread(
+                lambda: progress.read_text() if progress.exists() else ""
+            )
+            if text and int(text) >= clients:
+                return
+            await asyncio.sleep(0.1)
 
 
 async def slowest_at(out: Path, seq: int, timeout_s: float) -> None:

@@ -13,17 +13,19 @@ with the API's status, code and message. Example::
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Final, Self
 
 import httpx
 
 from lodestream.client.config import ClientConfig, resolve
 from lodestream.client.errors import ApiError, Unreachable
+from lodestream.client.pushed import PushUnavailable, pushed_sequences
 
 Json = dict[str, Any]
+PROJECTION_WAIT_S: Final = 0.02
 
 
 class LodeClient:
@@ -234,16 +236,35 @@ class LodeClient:
         limit: int = 1000,
     ) -> Iterator[Json]:
         """Your job events after ``after_seq``, in log order, as they are projected: pages
-        while there are more, then polls every ``poll_s`` seconds (forever, or until the end of
-        the feed with ``until_caught_up``). Stop by breaking out of the loop."""
+        while there are more, then (unless ``until_caught_up``) forever, woken by the api's
+        push feed and reading each pushed event's row once it is projected; polling every
+        ``poll_s`` seconds where the api cannot push. Stop by breaking out of the loop."""
+        after_seq = yield from self._pages(after_seq, limit)
+        if until_caught_up:
+            return
+        try:
+            for seq in pushed_sequences(self._http, after_seq, {"kind": "job"}):
+                # The push says the event is on the log; its row follows once projected.
+                wait_s = PROJECTION_WAIT_S
+                while after_seq < seq:
+                    before = after_seq
+                    after_seq = yield from self._pages(after_seq, limit)
+                    if after_seq == before:
+                        time.sleep(wait_s)
+                        wait_s = min(2 * wait_s, poll_s)
+        except PushUnavailable:
+            while True:
+                time.sleep(poll_s)
+                after_seq = yield from self._pages(after_seq, limit)
+
+    def _pages(self, after_seq: int, limit: int) -> Generator[Json, None, int]:
+        """Every page from ``after_seq`` to the end of the feed; returns where it ended."""
         while True:
             page = self.events_page(after_seq, limit)
             yield from page["items"]
             after_seq = int(page["next_after_seq"])
             if len(page["items"]) < limit:
-                if until_caught_up:
-                    return
-                time.sleep(poll_s)
+                return after_seq
 
     def monitoring_key(self) -> Json:
         """Your monitoring key (``public_key``, ``None`` if none), its ``sites`` and ``log_end``."""

@@ -35,6 +35,9 @@ class StreamSettings(BaseModel):
     # lagged and is disconnected, to resume from its Last-Event-ID.
     queue_size: int = Field(1000, ge=1, le=100_000)
     lag_s: float = Field(5.0, gt=0, le=600)
+    # The newest frames of each filter's hub, shared by all its clients (whatever their
+    # number); a client further behind than this reads through a consumer of its own.
+    hub_history_bytes: int = Field(64 * 2**20, ge=2**16, le=2**30)
     # A comment at least this often keeps proxies from closing an idle stream.
     heartbeat_s: float = Field(15.0, gt=0, le=300)
     # An abandoned consumer (an api killed mid-stream) is removed by nats-server after this.

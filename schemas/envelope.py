@@ -11,7 +11,16 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Any, ClassVar, Final, Self
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, StringConstraints
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    StringConstraints,
+)
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, core_schema
 
 from lodestream.schemas.ids import uuid7
 from lodestream.schemas.subjects import SiteSlug, aggregate_filter, event_subject
@@ -20,6 +29,29 @@ ACTOR_PATTERN: Final = r"^(api|user|controller|site|launcher|system):[A-Za-z0-9.
 Actor = Annotated[str, StringConstraints(pattern=ACTOR_PATTERN)]
 """Who appended an event: ``user:<name>``, ``controller:<name>``, ``site:<site>``,
 ``launcher:<session>``."""
+
+
+class _ExactVersion:
+    """Pins an event class's ``v`` to the JSON integer itself.
+
+    pydantic's ``Literal[1]`` also takes ``1.0`` and ``true`` for ``1``; the codec has always
+    refused those as versions, and a class validated alone on the bytes (``decode_as``) must
+    too. A strict integer check first, in Rust like the literal; JSON Schema shows the literal.
+    """
+
+    def __get_pydantic_core_schema__(
+        self, source: Any, handler: GetCoreSchemaHandler
+    ) -> CoreSchema:
+        return core_schema.chain_schema([core_schema.int_schema(strict=True), handler(source)])
+
+    def __get_pydantic_json_schema__(
+        self, schema: CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return handler(schema["steps"][-1])
+
+
+EXACT_VERSION: Final = _ExactVersion()
+"""Use as ``v: Annotated[Literal[1], EXACT_VERSION] = 1``."""
 
 
 class EventData(BaseModel):

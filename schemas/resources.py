@@ -49,12 +49,23 @@ LocationUrl = Annotated[
     str,
     StringConstraints(max_length=1024, pattern=r"^(globus|rsync|local):[^\x00-\x1f\x7f-\x9f]*$"),
 ]
-Workdir = Annotated[
-    str, StringConstraints(min_length=1, max_length=1024, pattern=PRINTABLE_PATTERN)
-]
+
+# A workdir is joined under the site's own data/ directory: it must be relative ('/…' is
+# absolute), no component may be '..' (that would let a submission write anywhere the site
+# user can), and it must name something below data/ ('.', './/.' name data/ itself, shared
+# by every job and cleaned up with one). Written as a pattern, from its components, so that
+# pydantic checks it in Rust on every decode and JSON Schema shows it.
+_PATH_CHAR = r"[^/\x00-\x1f\x7f-\x9f]"  # printable (no control character), not a separator
+_NON_DOT = r"[^./\x00-\x1f\x7f-\x9f]"
+_NAMED_PART = rf"(?:{_NON_DOT}{_PATH_CHAR}*|\.(?:{_NON_DOT}{_PATH_CHAR}*|\.{_PATH_CHAR}+))"
+_ANY_PART_BUT_UP = (
+    rf"(?:{_NAMED_PART}|\.)?"  # a named part, '.', or '' (from '//' or a '/' at the end)
+)
+_LEADING_DOTS = r"(?:\.(?:/\.?)*/)?"  # './', './/', './././' … before the first named part
+WORKDIR_PATTERN: Final = rf"^{_LEADING_DOTS}{_NAMED_PART}(?:/{_ANY_PART_BUT_UP})*$"
+Workdir = Annotated[str, StringConstraints(min_length=1, max_length=1024, pattern=WORKDIR_PATTERN)]
 
 MAX_PARENTS = 1000
-_NOWHERE_PARTS: Final = frozenset({"", "."})
 
 
 class Frozen(BaseModel):
@@ -95,21 +106,6 @@ class JobSpec(JobResources):
     )
     data: dict[Text, Any] = Field(default_factory=dict)
     transfers: dict[SlotName, TransferSpec] = Field(default_factory=dict)
-
-    @field_validator("workdir")
-    @classmethod
-    def _relative_workdir(cls, value: str) -> str:
-        # The site joins workdir under its own data/ directory; escaping it would let a
-        # submission write anywhere the site user can, and '.' would make data/ itself the
-        # job's directory (shared with every job, cleaned up with the job). String tests,
-        # not PurePosixPath: this runs for every event decoded anywhere, and they mean the
-        # same for POSIX paths. Control characters are refused by the Workdir pattern.
-        parts = value.split("/")
-        if value.startswith("/") or ".." in parts:
-            raise ValueError("workdir must be a relative path without '..'")
-        if _NOWHERE_PARTS.issuperset(parts):
-            raise ValueError("workdir must name a directory below the site's data/, not '.'")
-        return value
 
     @field_validator("data")
     @classmethod

@@ -44,6 +44,7 @@ from lodestream.schemas.events.job import (
     CacheUseData,
     FinishedData,
     Placement,
+    RunProfile,
     RunResultData,
     StartedData,
 )
@@ -298,6 +299,7 @@ class RunEnd:
     # Why the task's end was never observed (its worker rank was lost); None: it was.
     lost: str | None = None
     cache: CacheUseData | None = None  # what its inputs cost at its node's cache, if cached
+    profile: RunProfile | None = None  # when it was leased, spawned, started and seen to end
 
 
 def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
@@ -311,7 +313,8 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
         # Nobody saw how it ended: like a pilot that stopped, not a job that failed, so the
         # site's handle_timeout decides whether it runs again.
         data = RunResultData(cause=(end.lost[:TAIL_CHARS],), runtime_s=end.runtime_s,
-                             work=item.spec, attempt=item.attempt, cache=end.cache)  # fmt: skip
+                             work=item.spec, attempt=item.attempt, cache=end.cache,
+                             profile=end.profile)  # fmt: skip
         return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
     tail = end.stderr_tail
     result: Any = None
@@ -325,7 +328,8 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
             tail = pyrun.traceback or pyrun.error or tail
     fields: dict[str, Any] = {"return_code": end.return_code, "stderr_tail": tail[-TAIL_CHARS:],
                               "runtime_s": end.runtime_s, "result": result,
-                              "attempt": item.attempt, "cache": end.cache}  # fmt: skip
+                              "attempt": item.attempt, "cache": end.cache,
+                              "profile": end.profile}  # fmt: skip
     try:
         RunResultData(**fields)
     except ValidationError as exc:
@@ -347,7 +351,7 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
 def _unusable_result(item: WorkItem, end: RunEnd, why: str) -> Outcome:
     data = RunResultData(return_code=end.return_code, stderr_tail=end.stderr_tail[-TAIL_CHARS:],
                          runtime_s=end.runtime_s, cause=(why[:TAIL_CHARS],), work=item.spec,
-                         attempt=item.attempt, cache=end.cache)  # fmt: skip
+                         attempt=item.attempt, cache=end.cache, profile=end.profile)  # fmt: skip
     return Outcome(JobRunErrored, data, Tally.ERRORED)
 
 

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
+
+from pydantic import ValidationError
 
 from lodestream.agents.launcher.decide import RunEnd
 from lodestream.agents.launcher.tasks import Tracked
@@ -16,6 +19,7 @@ from lodestream.agents.site.apps import ApplicationDefinition, JobContext
 from lodestream.agents.site.apps.render import PYRUN_RESULT, render_job
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.packing import Allocation
+from lodestream.schemas.events.job import RunProfile
 
 
 def task_spec(
@@ -49,17 +53,42 @@ def task_spec(
         return f"{type(exc).__name__}: {exc}"
 
 
-def run_end(item: WorkItem, tracked: Tracked, code: int, data_dir: Path) -> RunEnd:
-    """What the pilot can observe of ``tracked``'s run, which ended with exit ``code``."""
+def run_end(
+    item: WorkItem, tracked: Tracked, code: int, data_dir: Path, *, leased_at: float | None = None
+) -> RunEnd:
+    """What the pilot can observe of ``tracked``'s run, which ended with exit ``code``.
+
+    ``leased_at`` (``time.time()`` when the lease was acknowledged) adds the run's profile.
+    """
     runtime = time.monotonic() - tracked.started
+    profile = None if leased_at is None else profile_of(leased_at, tracked)
     lost = tracked.task.lost
     if lost is not None:  # its runner went away: there is no status or output to read
         return RunEnd(return_code=code, runtime_s=runtime, stderr_tail="", pyrun_result=None,
-                      lost=lost)  # fmt: skip
+                      lost=lost, profile=profile)  # fmt: skip
     tail = "" if code == 0 else tracked.task.stderr_tail()
     pyrun = data_dir / item.spec.workdir / PYRUN_RESULT
     return RunEnd(return_code=code, runtime_s=runtime, stderr_tail=tail,
-                  pyrun_result=_read_result(pyrun))  # fmt: skip
+                  pyrun_result=_read_result(pyrun), profile=profile)  # fmt: skip
+
+
+def profile_of(leased_at: float, tracked: Tracked) -> RunProfile | None:
+    """The run's profile from the pilot's wall-clock captures; None if that clock stepped
+    back during the run (the times would not be ordered): the result matters, not its timing.
+    """
+    try:
+        return RunProfile(
+            leased_at=_utc(leased_at), spawning_at=_utc(tracked.spawning_at),
+            started_at=_utc(tracked.started_at),
+            exited_at=None if tracked.exited_at is None else _utc(tracked.exited_at),
+            pid=tracked.task.pid,
+        )  # fmt: skip
+    except ValidationError:
+        return None
+
+
+def _utc(stamp: float) -> datetime:
+    return datetime.fromtimestamp(stamp, UTC)
 
 
 def _read_result(path: Path) -> str | None:

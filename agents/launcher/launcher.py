@@ -72,7 +72,7 @@ from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError
-from lodestream.platform_adapters.launchers.base import AppLauncher
+from lodestream.platform_adapters.launchers.base import AppLauncher, RunningTask, TaskSpec
 from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePacker
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobStarted
@@ -416,8 +416,9 @@ class Launcher:
 
     async def _run_job(self, item: WorkItem, allocation: Allocation) -> None:
         try:
-            if await self._submitted(item) and await self._lease(item, allocation):
-                await self._run_leased(item, allocation)
+            leased_at = await self._lease(item, allocation) if await self._submitted(item) else None
+            if leased_at is not None:
+                await self._run_leased(item, allocation, leased_at)
         except Exception:  # one job's surprise must not leak its allocation or stop the pilot
             log.exception("launcher: job %s failed unexpectedly", item.job_id)
         finally:
@@ -432,7 +433,7 @@ class Launcher:
         """Lease a job no pilot of the site can run, only to record why on its history."""
         nowhere = Allocation(str(item.job_id), ())  # the lease holds no node
         try:
-            if await self._submitted(item) and await self._lease(item, nowhere):
+            if await self._submitted(item) and await self._lease(item, nowhere) is not None:
                 await self._report(item, decide.unrunnable(item, why))
         except Exception:
             log.exception("launcher: job %s failed unexpectedly", item.job_id)
@@ -440,7 +441,7 @@ class Launcher:
             self._chains.pop(item.key, None)
             self._held.pop(item.key, None)
 
-    async def _run_leased(self, item: WorkItem, allocation: Allocation) -> None:
+    async def _run_leased(self, item: WorkItem, allocation: Allocation, leased_at: float) -> None:
         cached = None
         if self._diffusion is not None:  # ours now: its workdir may be touched
             cached = await self._diffusion.provide(item, allocation)
@@ -459,7 +460,8 @@ class Launcher:
                 await self._report(item, decide.late_start(item, self.session.id))
             case AfterStart.RUN:
                 code = await tracked.done
-                end = replace(run_end(item, tracked, code, self._data_dir), cache=cached)
+                end = run_end(item, tracked, code, self._data_dir, leased_at=leased_at)
+                end = replace(end, cache=cached)
                 app = self._app_models.get(item.spec.app)
                 await self._report(item, decide.run_result(item, end, app))
 
@@ -480,7 +482,8 @@ class Launcher:
         await self._skip(item.msg, f"job {item.job_id}: {why}")
         return False
 
-    async def _lease(self, item: WorkItem, allocation: Allocation) -> bool:
+    async def _lease(self, item: WorkItem, allocation: Allocation) -> float | None:
+        """Take the lease; when it was acknowledged (``time.time()``), or None if not taken."""
         started = JobStarted.create(
             site=self._site,
             aggregate_id=item.job_id,
@@ -492,17 +495,18 @@ class Launcher:
         except ConflictError:
             self.report.lost_races += 1  # another pilot, or the job moved on (killed, …)
             await settle(item.msg.ack())
-            return False
+            return None
         except Exception:
             log.exception("launcher: could not lease job %s", item.job_id)
             seq = None
         if seq is None:  # another pilot may take it; if ours had landed, CAS refuses theirs
             await settle(item.msg.nak(delay=NAK_DELAY_S))
-            return False
+            return None
+        leased_at = time.time()  # the run's profile: a capture, not another await
         await settle(item.msg.ack())
         self._chains[item.key] = seq
         self.report.started += 1
-        return True
+        return leased_at
 
     async def _start(self, item: WorkItem, allocation: Allocation) -> Tracked | str:
         """Start the task; on failure return the reason (it becomes the job's error).
@@ -510,15 +514,16 @@ class Launcher:
         fork/exec of the job's shell takes milliseconds; it runs in a worker thread so
         that spawns overlap and the event loop keeps leasing and reporting meanwhile.
         """
+        spawning_at = time.time()
         spec = task_spec(item, allocation, self._apps.get(item.spec.app),
                          data_dir=self._data_dir, base_env=self._base_env)  # fmt: skip
         if isinstance(spec, str):
             return spec
         try:
-            task = await asyncio.to_thread(self._app_launcher.start, spec)
+            task, started_at = await asyncio.to_thread(_spawn, self._app_launcher, spec)
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"
-        return self._reaper.track(task)
+        return self._reaper.track(task, spawning_at=spawning_at, started_at=started_at)
 
     async def _report(self, item: WorkItem, outcome: Outcome) -> None:
         """Append the job's run result on our chain; each job gets at most one result."""
@@ -599,6 +604,13 @@ class Launcher:
 
     def _key_of(self, tracked: Tracked) -> JobKey:
         return (self._site, uuid.UUID(tracked.task.job_id))
+
+
+def _spawn(app_launcher: AppLauncher, spec: TaskSpec) -> tuple[RunningTask, float]:
+    """Start the task (in a worker thread) and say when its start returned, before the hop
+    back to the event loop: that is when the process was started."""
+    task = app_launcher.start(spec)
+    return task, time.time()
 
 
 def _fetch_wait_s() -> float:

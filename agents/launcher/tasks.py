@@ -23,8 +23,14 @@ SWEEP_S = 0.05  # all tasks: escalation of terminate(), and a safety net
 
 @dataclass(slots=True)
 class Tracked:
+    """A task the reaper watches. ``started`` is monotonic (its runtime); the ``*_at`` are
+    wall-clock ``time.time()`` captures for the run's profile (:class:`RunProfile`)."""
+
     task: RunningTask
     started: float
+    spawning_at: float = 0.0  # the pilot began spawning it
+    started_at: float = 0.0  # the launcher's start (Popen) returned
+    exited_at: float | None = None  # the reaper saw it end
     done: asyncio.Future[int] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -39,8 +45,18 @@ class Reaper:
     def __len__(self) -> int:
         return len(self._tasks)
 
-    def track(self, task: RunningTask) -> Tracked:
-        tracked = Tracked(task, time.monotonic())
+    def track(
+        self,
+        task: RunningTask,
+        *,
+        spawning_at: float | None = None,
+        started_at: float | None = None,
+    ) -> Tracked:
+        """Watch ``task``; the wall-clock times of its spawn default to now."""
+        now = time.time()
+        tracked = Tracked(task, time.monotonic(),
+                          spawning_at=now if spawning_at is None else spawning_at,
+                          started_at=now if started_at is None else started_at)  # fmt: skip
         self._tasks[task.job_id] = tracked
         fd = task.exit_fd()
         if fd is not None:
@@ -78,6 +94,7 @@ class Reaper:
         code = tracked.task.poll()
         if code is None:
             return
+        tracked.exited_at = time.time()
         del self._tasks[job_id]
         self._forget_fd(job_id)
         if not tracked.done.done():

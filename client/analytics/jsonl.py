@@ -1,14 +1,18 @@
-"""A copy of the log in a file, one JSON object per line: what ``lode analytics export`` writes
-and ``--from-file`` reads.
+"""A copy of the log in a file, one JSON object per line: what ``lode analytics export``
+writes and ``--from-file`` reads (``lode analytics simulate --from-file`` reads it too).
 
-Each line is one message of the ``EVENTS`` stream, with its stream sequence and subject::
+Each line is one message of the ``EVENTS`` stream: the event as stored, with its stream
+sequence and subject beside its fields::
 
-    {"seq": 42, "subject": "evt.alpha.job.<id>.started", "event": {...the event...}}
+    {"seq": 42, "subject": "evt.alpha.job.<id>.started", "id": "…", "type": "job.started", …}
     {"seq": 43, "subject": "evt.alpha.job.<id>.started", "raw": "not json"}
 
-``raw`` keeps, as text, a body that is not JSON, so that a copy reproduces what the log
-holds, refusals included: the copy is made without judging anything, and the shared rule
-judges each line when it is read, exactly as it judges a live message.
+``raw`` keeps, as text, a body that is not a JSON object (or that has a ``seq``, ``subject``
+or ``raw`` field of its own, which the line's could not sit beside), so that a copy
+reproduces what the log holds, refusals included: the copy is made without judging
+anything, and the shared rule judges each line when it is read, exactly as it judges a
+live message. A line without ``subject`` is read as stored on the subject its event names;
+one without ``seq`` takes its line number.
 
 The lines ``lode events --json`` prints (the API's job events) are read too. They hold no
 subject and no schema version: the subject is rebuilt from the event's site, type and job,
@@ -30,7 +34,8 @@ from lodestream.client.analytics.intake import IntakeReport, Raw
 from lodestream.schemas.codec import CURRENT_VERSION
 
 LINES_PER_BATCH: Final = 10_000
-_API_KEYS: Final = frozenset({"seq", "job_id", "event_id", "site", "type", "occurred_at"})
+_API_KEYS: Final = frozenset({"job_id", "event_id", "site", "type", "occurred_at"})
+_LINE_KEYS: Final = frozenset({"seq", "subject", "raw"})
 
 
 def export_line(raw: Raw) -> bytes:
@@ -39,8 +44,10 @@ def export_line(raw: Raw) -> bytes:
     try:
         body = orjson.loads(raw.data)
     except orjson.JSONDecodeError:
+        body = None
+    if not isinstance(body, dict) or body.keys() & _LINE_KEYS:
         return orjson.dumps({**head, "raw": raw.data.decode(errors="replace")}) + b"\n"
-    return orjson.dumps({**head, "event": body}) + b"\n"
+    return orjson.dumps({**head, **body}) + b"\n"
 
 
 def file_batches(path: Path, report: IntakeReport) -> Iterator[list[Raw]]:
@@ -75,24 +82,37 @@ def file_batches(path: Path, report: IntakeReport) -> Iterator[list[Raw]]:
         raise SourceError(f"{path} holds no event line ({report.unreadable} unreadable lines)")
 
 
-def _message(line: bytes, number: int, report: IntakeReport) -> Raw | None:
+def _object(line: bytes, number: int, report: IntakeReport) -> dict[str, Any] | None:
     try:
         document = orjson.loads(line)
     except orjson.JSONDecodeError as exc:
         report.refuse(0, "", "unreadable", f"line {number}: not JSON ({exc})")
         return None
-    if not isinstance(document, dict) or not isinstance(document.get("seq"), int):
-        report.refuse(0, "", "unreadable", f"line {number}: no stream sequence")
+    if not isinstance(document, dict):
+        report.refuse(0, "", "unreadable", f"line {number}: not a JSON object")
         return None
-    seq = document["seq"]
-    subject = document.get("subject")
-    if isinstance(subject, str) and "event" in document:
-        return Raw(seq, subject, orjson.dumps(document["event"]))
-    if isinstance(subject, str) and isinstance(document.get("raw"), str):
+    return document
+
+
+def _message(line: bytes, number: int, report: IntakeReport) -> Raw | None:
+    document = _object(line, number, report)
+    if document is None:
+        return None
+    seq = document.pop("seq", number)
+    subject = document.pop("subject", None)
+    if not isinstance(seq, int) or isinstance(seq, bool):
+        report.refuse(0, "", "unreadable", f"line {number}: its seq is not a number")
+        return None
+    if isinstance(subject, str) and isinstance(document.get("raw"), str) and len(document) == 1:
         return Raw(seq, subject, document["raw"].encode())
     if document.keys() >= _API_KEYS:
         return _from_api_row(seq, document)
-    report.refuse(seq, "", "unreadable", f"line {number}: neither an export line nor an event row")
+    if "type" in document:
+        if not isinstance(subject, str):
+            kind, _, name = str(document["type"]).partition(".")
+            subject = f"evt.{document.get('site')}.{kind}.{document.get('aggregate_id')}.{name}"
+        return Raw(seq, subject, orjson.dumps(document))
+    report.refuse(seq, "", "unreadable", f"line {number}: neither an event nor an event row")
     return None
 
 

@@ -1,4 +1,5 @@
-"""``lode analytics summary|report|export``: figures of a run, replayed from the log.
+"""``lode analytics summary|report|export``: figures of a run, replayed from the log
+(``simulate``, the what-if model, lives in :mod:`lodestream.client.cli.analytics_simulate`).
 
 Where the events come from, in order of the options given:
 
@@ -31,6 +32,7 @@ from lodestream.client.analytics.load import (
 )
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.summary import Loaded, Summary, summarize
+from lodestream.client.cli.analytics_simulate import simulate
 from lodestream.client.cli.analytics_tables import print_summary
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, parse_pairs, print_error
 from lodestream.client.cli.filters import parse_since
@@ -48,7 +50,11 @@ T = TypeVar("T")
 NEW_KEY_GRACE_S: Final = 15.0  # the control plane applies a new key within a few seconds
 CONNECT_TIMEOUT_S: Final = 10.0
 
-analytics_app = typer.Typer(help="Figures of a run, replayed from the event log.")
+analytics_app = typer.Typer(
+    help="Figures of a recorded run, replayed from the event log, and what-if predictions.",
+    no_args_is_help=True,
+)
+analytics_app.command("simulate")(simulate)
 
 SITE = typer.Option([], "--site", help="Only this site (repeatable).")
 APP = typer.Option([], "--app", help="Only jobs of this app (repeatable).")

@@ -1,6 +1,6 @@
 """``lode events``: your job events, filtered, the newest few or from a point, and live.
 
-It reads the polling feed (``GET /events?after_seq=``) through
+It reads the projected feed (``GET /events?after_seq=``), woken by the push feed, through
 :meth:`LodeClient.follow_events`; only that method knows how events arrive.
 """
 
@@ -70,7 +70,9 @@ def events(
     ),
     lines: int = typer.Option(20, "--lines", "-n", min=1, help="How many of the newest to show."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new events."),
-    poll_s: float = typer.Option(1.0, "--poll", min=0.1, help="Seconds between polls (follow)."),
+    poll_s: float = typer.Option(
+        1.0, "--poll", min=0.1, help="Seconds between polls (follow, where the api cannot push)."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per line."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.resources import App, AppName
 
 
@@ -15,21 +15,21 @@ class AppRemovedData(EventData):
 class AppRegistered(Event):
     event_type: ClassVar[str] = "app.registered"
     type: Literal["app.registered"] = "app.registered"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: App
 
 
 class AppUpdated(Event):
     event_type: ClassVar[str] = "app.updated"
     type: Literal["app.updated"] = "app.updated"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: App
 
 
 class AppRemoved(Event):
     event_type: ClassVar[str] = "app.removed"
     type: Literal["app.removed"] = "app.removed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: AppRemovedData
 
 

@@ -9,7 +9,7 @@ from typing import Annotated, Any, ClassVar, Final, Literal
 
 from pydantic import Field, StringConstraints
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.resources import (
     INT32_MAX,
     INT32_MIN,
@@ -75,7 +75,7 @@ class BatchReasonData(EventData):
 class BatchJobRequested(Event):
     event_type: ClassVar[str] = "batch.requested"
     type: Literal["batch.requested"] = "batch.requested"
-    v: Literal[2] = 2
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: BatchRequestData
 
 
@@ -88,7 +88,7 @@ def _requested_v1(document: dict[str, Any]) -> dict[str, Any]:
 class BatchJobSubmitted(Event):
     event_type: ClassVar[str] = "batch.submitted"
     type: Literal["batch.submitted"] = "batch.submitted"
-    v: Literal[2] = 2
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: BatchSubmittedData
 
 
@@ -101,35 +101,35 @@ def _submitted_v1(document: dict[str, Any]) -> dict[str, Any]:
 class BatchJobQueued(Event):
     event_type: ClassVar[str] = "batch.queued"
     type: Literal["batch.queued"] = "batch.queued"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: BatchReasonData = BatchReasonData()
 
 
 class BatchJobRunning(Event):
     event_type: ClassVar[str] = "batch.running"
     type: Literal["batch.running"] = "batch.running"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: BatchReasonData = BatchReasonData()
 
 
 class BatchJobFinished(Event):
     event_type: ClassVar[str] = "batch.finished"
     type: Literal["batch.finished"] = "batch.finished"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: BatchFinishedData
 
 
 class BatchJobSubmitFailed(Event):
     event_type: ClassVar[str] = "batch.submit_failed"
     type: Literal["batch.submit_failed"] = "batch.submit_failed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: BatchReasonData
 
 
 class BatchJobDeletionRequested(Event):
     event_type: ClassVar[str] = "batch.deletion_requested"
     type: Literal["batch.deletion_requested"] = "batch.deletion_requested"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: BatchReasonData = BatchReasonData()
 
 

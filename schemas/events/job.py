@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import uuid
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import AwareDatetime, Field, field_validator
+from pydantic import AwareDatetime, Field, field_validator, model_validator
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.placement import SiteChoice
 from lodestream.schemas.resources import (
     INT32_MAX,
@@ -47,10 +48,15 @@ class LeaseData(EventData):
     attempt: int = Field(1, ge=1, le=INT32_MAX)
 
 
+DeviceIndex = Annotated[int, Field(ge=0, le=INT32_MAX)]
+"""A core or GPU index on a node. Bounded so that JSON parsers agree on it: orjson reads an
+integer beyond 64 bits as a float, pydantic's parser as an int."""
+
+
 class Placement(EventData):
     hostname: str
-    cores: tuple[int, ...] = ()
-    gpus: tuple[int, ...] = ()
+    cores: tuple[DeviceIndex, ...] = ()
+    gpus: tuple[DeviceIndex, ...] = ()
 
 
 class StartedData(EventData):
@@ -77,15 +83,52 @@ class CacheUseData(EventData):
     bypassed: int = Field(0, ge=0, le=INT32_MAX)
 
 
+class RunProfile(EventData):
+    """When the pilot did what for one run: per-component timestamps, as RADICAL-Pilot records.
+
+    ``leased_at``: the pilot's ``job.started`` (the lease) was acknowledged; ``spawning_at``:
+    it began spawning the task (rendering its script, then fork/exec); ``started_at``: the
+    process was started (the launcher's ``Popen`` returned); ``exited_at``: the pilot observed
+    its end. The result event's own ``occurred_at`` is when the result was sent. ``pid`` is
+    the task's process id (on the worker rank's node for a task of an mpi-mode pilot, whose
+    times are rank 0's observations). It is recorded here and not in ``job.started``: that
+    event is the lease and is appended before the task is spawned (docs/architecture.md,
+    "Profiling inside the pilot").
+
+    The times are the pilot's wall clock and must not go backwards; a step of that clock
+    during a run makes the pilot leave the profile out rather than lose the result.
+    """
+
+    leased_at: AwareDatetime
+    spawning_at: AwareDatetime | None = None
+    started_at: AwareDatetime | None = None
+    exited_at: AwareDatetime | None = None
+    pid: int | None = Field(None, ge=0, le=INT32_MAX)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        steps = [("leased_at", self.leased_at), ("spawning_at", self.spawning_at),
+                 ("started_at", self.started_at), ("exited_at", self.exited_at)]  # fmt: skip
+        known = [(name, at) for name, at in steps if at is not None]
+        for (before, early), (after, late) in itertools.pairwise(known):
+            if late < early:
+                raise ValueError(f"{after} ({late.isoformat()}) is before {before} "
+                                 f"({early.isoformat()})")  # fmt: skip
+        if self.pid is not None and self.started_at is None:
+            raise ValueError("a pid without started_at: no process was started")
+        return self
+
+
 class RunResultData(EventData):
     return_code: int | None = Field(None, ge=INT32_MIN, le=INT32_MAX)
     stderr_tail: str = Field("", max_length=MAX_TAIL)
-    runtime_s: float | None = Field(None, ge=0)
+    runtime_s: float | None = Field(None, ge=0, allow_inf_nan=False)  # as the codec reads it
     result: Any = None  # a Python app's return value, stored as jsonb
     cause: tuple[str, ...] = ()
     work: JobSpec | None = None  # for the site's postprocess / handle_error / handle_timeout
     attempt: int = Field(1, ge=1, le=INT32_MAX)
     cache: CacheUseData | None = None  # set when the app has cacheable inputs and the pilot a cache
+    profile: RunProfile | None = None  # when the pilot leased, spawned, started and saw the end
 
     @field_validator("result")
     @classmethod
@@ -140,7 +183,7 @@ class CreatedData(JobSpec):
 class JobCreated(Event):
     event_type: ClassVar[str] = "job.created"
     type: Literal["job.created"] = "job.created"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: CreatedData
 
     @field_validator("data", mode="before")
@@ -156,91 +199,91 @@ class JobCreated(Event):
 class JobAwaitingParents(Event):
     event_type: ClassVar[str] = "job.awaiting_parents"
     type: Literal["job.awaiting_parents"] = "job.awaiting_parents"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ParentsData
 
 
 class JobReady(Event):
     event_type: ClassVar[str] = "job.ready"
     type: Literal["job.ready"] = "job.ready"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobStagedIn(Event):
     event_type: ClassVar[str] = "job.staged_in"
     type: Literal["job.staged_in"] = "job.staged_in"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobPreprocessed(Event):
     event_type: ClassVar[str] = "job.preprocessed"
     type: Literal["job.preprocessed"] = "job.preprocessed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobLeased(Event):
     event_type: ClassVar[str] = "job.leased"
     type: Literal["job.leased"] = "job.leased"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: LeaseData
 
 
 class JobLeaseReleased(Event):
     event_type: ClassVar[str] = "job.lease_released"
     type: Literal["job.lease_released"] = "job.lease_released"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: LeaseData
 
 
 class JobLeaseExpired(Event):
     event_type: ClassVar[str] = "job.lease_expired"
     type: Literal["job.lease_expired"] = "job.lease_expired"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: LeaseData
 
 
 class JobStarted(Event):
     event_type: ClassVar[str] = "job.started"
     type: Literal["job.started"] = "job.started"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StartedData
 
 
 class JobRunDone(Event):
     event_type: ClassVar[str] = "job.run_done"
     type: Literal["job.run_done"] = "job.run_done"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: RunResultData = RunResultData()
 
 
 class JobRunErrored(Event):
     event_type: ClassVar[str] = "job.run_errored"
     type: Literal["job.run_errored"] = "job.run_errored"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: RunResultData
 
 
 class JobRunTimedOut(Event):
     event_type: ClassVar[str] = "job.run_timed_out"
     type: Literal["job.run_timed_out"] = "job.run_timed_out"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: RunResultData
 
 
 class JobPostprocessed(Event):
     event_type: ClassVar[str] = "job.postprocessed"
     type: Literal["job.postprocessed"] = "job.postprocessed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobRestartReady(Event):
     event_type: ClassVar[str] = "job.restart_ready"
     type: Literal["job.restart_ready"] = "job.restart_ready"
-    v: Literal[2] = 2
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: RetryData
 
 
@@ -253,14 +296,14 @@ def _restart_ready_v1(document: dict[str, Any]) -> dict[str, Any]:
 class JobStagedOut(Event):
     event_type: ClassVar[str] = "job.staged_out"
     type: Literal["job.staged_out"] = "job.staged_out"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: StepData = StepData()
 
 
 class JobFinished(Event):
     event_type: ClassVar[str] = "job.finished"
     type: Literal["job.finished"] = "job.finished"
-    v: Literal[2] = 2
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: FinishedData = FinishedData()
 
 
@@ -273,21 +316,21 @@ def _finished_v1(document: dict[str, Any]) -> dict[str, Any]:
 class JobFailed(Event):
     event_type: ClassVar[str] = "job.failed"
     type: Literal["job.failed"] = "job.failed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: FailureData
 
 
 class JobKilled(Event):
     event_type: ClassVar[str] = "job.killed"
     type: Literal["job.killed"] = "job.killed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ReasonData = ReasonData()
 
 
 class JobReset(Event):
     event_type: ClassVar[str] = "job.reset"
     type: Literal["job.reset"] = "job.reset"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ReasonData = ReasonData()
 
 

@@ -21,7 +21,7 @@ from typing import Annotated, ClassVar, Final, Literal, Self
 
 from pydantic import AwareDatetime, Field, StringConstraints, model_validator
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.events.batch import BatchRequestData
 from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import INT32_MAX, INT64_MAX, NUL_FREE_PATTERN
@@ -148,14 +148,14 @@ class ScalerDecidedData(EventData):
 class ScalerBacklog(Event):
     event_type: ClassVar[str] = "scaler.backlog"
     type: Literal["scaler.backlog"] = "scaler.backlog"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ScalerBacklogData
 
 
 class ScalerDecided(Event):
     event_type: ClassVar[str] = "scaler.decided"
     type: Literal["scaler.decided"] = "scaler.decided"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: ScalerDecidedData
 
 

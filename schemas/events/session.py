@@ -7,8 +7,8 @@ from typing import Annotated, ClassVar, Final, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints
 
-from lodestream.schemas.envelope import Event, EventData
-from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
+from lodestream.schemas.resources import INT64_MAX, NodeInfo
 from lodestream.schemas.subjects import SiteSlug
 
 MAX_CACHED_SOURCES: Final = 512  # per heartbeat: about 10 KB at most, every quarter TTL
@@ -32,28 +32,29 @@ class SessionExpiredData(EventData):
     """The server deleted the session's last heartbeat: the pilot is gone or cut off."""
 
     reason: str = "heartbeat expired"
-    leases_expired: int = Field(0, ge=0)
-    runs_timed_out: int = Field(0, ge=0)
+    # Bounded so that JSON parsers agree (orjson reads an integer beyond 64 bits as a float).
+    leases_expired: int = Field(0, ge=0, le=INT64_MAX)
+    runs_timed_out: int = Field(0, ge=0, le=INT64_MAX)
 
 
 class SessionOpened(Event):
     event_type: ClassVar[str] = "session.opened"
     type: Literal["session.opened"] = "session.opened"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SessionOpenedData
 
 
 class SessionClosed(Event):
     event_type: ClassVar[str] = "session.closed"
     type: Literal["session.closed"] = "session.closed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SessionClosedData = SessionClosedData()
 
 
 class SessionExpired(Event):
     event_type: ClassVar[str] = "session.expired"
     type: Literal["session.expired"] = "session.expired"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SessionExpiredData = SessionExpiredData()
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.nkey import UserPublicKey
 from lodestream.schemas.resources import LocationName, LocationUrl
 from lodestream.schemas.subjects import SiteSlug
@@ -39,21 +39,21 @@ class SiteLocationsData(EventData):
 class SiteRegistered(Event):
     event_type: ClassVar[str] = "site.registered"
     type: Literal["site.registered"] = "site.registered"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SiteRegisteredData
 
 
 class SiteKeyBound(Event):
     event_type: ClassVar[str] = "site.key_bound"
     type: Literal["site.key_bound"] = "site.key_bound"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SiteKeyData
 
 
 class SiteRemoved(Event):
     event_type: ClassVar[str] = "site.removed"
     type: Literal["site.removed"] = "site.removed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SiteRemovedData = SiteRemovedData()
 
 
@@ -64,7 +64,7 @@ class SiteLocationsSet(Event):
 
     event_type: ClassVar[str] = "site.locations_set"
     type: Literal["site.locations_set"] = "site.locations_set"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: SiteLocationsData
 
 

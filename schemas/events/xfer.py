@@ -13,7 +13,7 @@ from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, StringConstraints
 
-from lodestream.schemas.envelope import Event, EventData
+from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.resources import INT64_MAX, PRINTABLE_PATTERN, SlotName, TransferSpec
 
 
@@ -55,28 +55,28 @@ class TransferDoneData(EventData):
 class TransferRequested(Event):
     event_type: ClassVar[str] = "xfer.requested"
     type: Literal["xfer.requested"] = "xfer.requested"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: TransferRequestedData
 
 
 class TransferSubmitted(Event):
     event_type: ClassVar[str] = "xfer.submitted"
     type: Literal["xfer.submitted"] = "xfer.submitted"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: TransferSubmittedData
 
 
 class TransferSucceeded(Event):
     event_type: ClassVar[str] = "xfer.succeeded"
     type: Literal["xfer.succeeded"] = "xfer.succeeded"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: TransferDoneData = TransferDoneData()
 
 
 class TransferFailed(Event):
     event_type: ClassVar[str] = "xfer.failed"
     type: Literal["xfer.failed"] = "xfer.failed"
-    v: Literal[1] = 1
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
     data: TransferFailedData
 
 

@@ -47,7 +47,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from lodestream.eventlog import EventLogError
 from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SCHEDULER_WORD_PATTERN
-from lodestream.schemas.resources import APP_NAME_PATTERN, NUL_FREE_PATTERN, PRINTABLE_PATTERN
+from lodestream.schemas.resources import (
+    APP_NAME_PATTERN,
+    NUL_FREE_PATTERN,
+    PRINTABLE_PATTERN,
+    WORKDIR_PATTERN,
+)
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
 from lodestream.services.api.models import TAG_FILTER_PATTERN, ErrorBody
 
@@ -138,6 +143,10 @@ def invalid_from_errors(errors: Sequence[Any], prefix: str = "invalid request") 
 _PATTERN_RULES: Final = {
     NUL_FREE_PATTERN: "must not contain NUL (\\u0000), which Postgres cannot store",
     PRINTABLE_PATTERN: "must not contain control characters (newline, tab, NUL, ...)",
+    WORKDIR_PATTERN: (
+        "must be a relative path below the site's data/ (not data/ itself), without '..'"
+        " or control characters"
+    ),
     SITE_SLUG_PATTERN: "a site name is 1-40 lowercase letters, digits and inner hyphens",
     APP_NAME_PATTERN: "an app name is a letter or '_', then up to 79 letters, digits, '_.-'",
     TAG_FILTER_PATTERN: "a tag filter is key:value, the key 1-64 letters, digits or '_.-'",

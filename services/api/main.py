@@ -16,7 +16,8 @@ from lodestream.infra.postgres.migrate import sqlalchemy_url
 from lodestream.natsconn import connect
 from lodestream.services.api import errors
 from lodestream.services.api.deps import ApiContext
-from lodestream.services.api.feed import FrameCache
+from lodestream.services.api.feedframes import FrameCache
+from lodestream.services.api.feedhub import FeedHubs
 from lodestream.services.api.routes import (
     actions,
     apps,
@@ -68,7 +69,7 @@ def create_app(settings: Settings) -> FastAPI:
         max_body_size=MAX_BODY_BYTES,
     )
     errors.install(app)
-    app.state.frames = FrameCache()  # the push feed's, shared by its clients
+    app.state.feed_hubs = FeedHubs(FrameCache())  # the push feed's, shared by its clients
     routers = (jobs, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, health)
     for module in routers:
         app.include_router(module.router)

@@ -226,7 +226,7 @@ async def refused(api: ApiHarness, user: str, body: bytes | dict[str, Any]) -> t
             job(parameters={"steps": "1"}, transfers={"out": {"location": "g", "path": "/p"}}),
             "app 'sim' has no transfer slot 'out'",
         ),
-        (job(parameters={"steps": "1"}, workdir="../x"), "workdir must be a relative path"),
+        (job(parameters={"steps": "1"}, workdir="../x"), "workdir: must be a relative path"),
         (
             job(parameters={"steps": "1"}, parent_ids=[str(uuid.uuid4())]),
             "neither one of your jobs",

@@ -38,7 +38,7 @@ async def api(
     nats_server: RunningNats, database_url: str, js: JetStreamContext
 ) -> AsyncIterator[ApiHarness]:
     # A tiny queue and a short patience, so a stalled client lags within the test.
-    stream = StreamSettings(queue_size=8, lag_s=0.3, heartbeat_s=0.5)
+    stream = StreamSettings(queue_size=8, lag_s=0.3, heartbeat_s=0.5, hub_history_bytes=2**16)
     settings = api_settings(nats_server, database_url, max_jobs_per_request=50, stream=stream)
     app = create_app(settings)
     async with running_projector(js, database_url) as projector, api_client(app) as client:
@@ -264,3 +264,94 @@ async def test_dashboard_cookie_is_read_only_and_ends_with_its_token(
         assert "revoked" in gone.json()["error"]["message"]
     with contextlib.suppress(KeyError):
         del api.tokens["ada"]
+
+
+async def append_apps(api: ApiHarness, count: int, site: str = "alpha", padding: str = "") -> None:
+    log = EventLog(api.js)
+    for n in range(count):
+        app = App(site=site, name=f"app{n}", description=padding)
+        event = AppRegistered.create(
+            site=site, aggregate_id=uuid7(), actor=f"site:{site}", data=app
+        )
+        await log.append(event, expect=None)
+
+
+async def wait_for_consumers(js: JetStreamContext, count: int) -> None:
+    async with asyncio.timeout(WAIT_S):
+        while await consumers(js) != count:
+            await asyncio.sleep(0.02)
+
+
+async def test_clients_of_one_filter_at_the_live_edge_share_one_consumer(
+    api: ApiHarness, base_url: str
+) -> None:
+    await api.register_site("ada", "alpha")
+    ada = api.user("ada")
+    before = await consumers(api.js)
+    readers = [asyncio.create_task(read_events(base_url, ada, 30)) for _ in range(3)]
+    await wait_for_consumers(api.js, before + 1)
+    # Another filter is another hub: its subjects differ.
+    narrow = asyncio.create_task(read_events(base_url, ada, 30, kind="app"))
+    await wait_for_consumers(api.js, before + 2)
+    await asyncio.sleep(0.3)  # every reader has joined its hub before the events come
+    assert await consumers(api.js) == before + 2, "three readers, two filters, two consumers"
+    await append_apps(api, 30)
+    results = await asyncio.gather(*readers, narrow)
+    seqs = [[e["seq"] for e in events] for events in results]
+    assert all(s == seqs[0] for s in seqs), "every reader got the same events"
+    assert seqs[0] == sorted(set(seqs[0]))
+    assert len(seqs[0]) == 30
+    await wait_for_consumers(api.js, before)
+
+
+async def test_a_client_resuming_from_far_back_catches_up_then_shares_the_hub(
+    api: ApiHarness, base_url: str
+) -> None:
+    start = await api.register_site("ada", "alpha")
+    ada = api.user("ada")
+    await append_apps(api, 40)  # five times what the fixture's outbox holds
+    before = await consumers(api.js)
+    live = asyncio.create_task(read_events(base_url, ada, 20))
+    await wait_for_consumers(api.js, before + 1)
+    # From far back: its own consumer first, beside the hub.
+    behind = asyncio.create_task(read_events(base_url, ada, 60, since=start))
+    async with asyncio.timeout(WAIT_S):
+        while await consumers(api.js) != before + 1 or not behind_started(api):
+            await asyncio.sleep(0.02)
+    await append_apps(api, 20)
+    caught_up, at_edge = await asyncio.gather(behind, live)
+    seqs = [e["seq"] for e in caught_up]
+    assert seqs == sorted(set(seqs)), "no event twice, in log order"
+    assert len(seqs) == 60
+    assert seqs[0] == start + 1, "no gap across the switch to the hub"
+    assert [e["seq"] for e in at_edge] == seqs[-20:]
+    await wait_for_consumers(api.js, before)
+
+
+def behind_started(api: ApiHarness) -> bool:
+    # The resuming client has read everything it was behind and joined the hub.
+    return 2 in api.app.state.feed_hubs.members().values()
+
+
+async def test_a_stalled_client_does_not_hold_up_the_others_of_its_hub(
+    api: ApiHarness, base_url: str
+) -> None:
+    start = await api.register_site("ada", "alpha")
+    ada = api.user("ada")
+    before = await consumers(api.js)
+    port = int(base_url.rsplit(":", 1)[1])
+    stalled = raw_request(port, f"/events/stream?since={start}", api.tokens["ada"])
+    try:
+        await wait_for_consumers(api.js, before + 1)
+        fast = asyncio.create_task(read_events(base_url, ada, 300))
+        await asyncio.sleep(0.3)
+        # Some 12 MB of events: more than the stalled client's socket buffers and outbox.
+        await append_apps(api, 300, padding="x" * 40_000)
+        got = await fast
+        assert len(got) == 300, "the reader that keeps up got every event"
+        stalled.setblocking(False)
+        received = (await read_all(stalled)).decode(errors="replace")
+    finally:
+        stalled.close()
+    assert "event: lagged" in received, "the stalled one was handed back, then told it lagged"
+    await wait_for_consumers(api.js, before)

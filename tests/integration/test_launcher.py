@@ -17,6 +17,7 @@ from lodestream.agents.site.main import run as run_site_agent
 from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.natsconn import connect
 from lodestream.schemas.events import JobCreated
+from lodestream.schemas.events.job import FinishedData, StartedData
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_controller import running_controller
 from tests.support.builders import job_created, site_registered
@@ -219,3 +220,57 @@ async def test_a_pilot_never_leases_a_job_longer_than_its_remaining_wall_time(
         assert report.exit_reason == "idle"
         assert report.finished == 1
     assert (await states(database_url, ids)) == {"PREPROCESSED": 1, "JOB_FINISHED": 1}
+
+
+async def run_results(dsn: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, FinishedData]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT job_id, data FROM rm.job_events WHERE job_id = ANY(%s) "
+            "AND type = 'job.finished'",
+            (ids,),
+        )
+        return {r[0]: FinishedData.model_validate(r[1]) for r in await cursor.fetchall()}
+
+
+async def test_each_result_carries_the_runs_profile_with_the_real_pid(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    settings = secure_site_dir(secure_nats, tmp_path)
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        jobs = [job_created(SITE, OWNER, app="whoami", workdir=f"who/{i}") for i in range(4)]
+        ids = await submit(js, jobs)
+        stop = asyncio.Event()
+        launcher = asyncio.create_task(
+            run_launcher(settings.directory, wall_time_min=10, stop=stop)
+        )
+        await until_all(database_url, ids, "JOB_FINISHED")
+        stop.set()
+        await asyncio.wait_for(launcher, 30)
+        results = await run_results(database_url, ids)
+        leases = await started_pids(database_url, ids)
+    assert set(results) == set(ids)
+    for i, job_id in enumerate(ids):
+        run = results[job_id].run
+        assert run is not None
+        profile = run.profile
+        assert profile is not None
+        # The shell the job ran in wrote its own pid: the profile names that very process.
+        written = int((settings.data_dir / "who" / str(i) / "pid.txt").read_text())
+        assert profile.pid == written
+        assert profile.spawning_at is not None
+        assert profile.started_at is not None
+        assert profile.exited_at is not None
+        assert profile.leased_at <= profile.spawning_at <= profile.started_at <= profile.exited_at
+    # job.started is the lease, appended before any process exists: it names no pid.
+    assert leases == dict.fromkeys(ids, None)
+
+
+async def started_pids(dsn: str, ids: list[uuid.UUID]) -> dict[uuid.UUID, int | None]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT job_id, data FROM rm.job_events WHERE job_id = ANY(%s) "
+            "AND type = 'job.started'",
+            (ids,),
+        )
+        return {r[0]: StartedData.model_validate(r[1]).pid for r in await cursor.fetchall()}

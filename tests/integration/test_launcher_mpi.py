@@ -32,6 +32,7 @@ import lodestream
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
+from lodestream.schemas.events.job import RunProfile
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import (
     OWNER,
@@ -231,6 +232,10 @@ async def test_mpi4py_workers_run_serial_jobs_once_each_across_their_ranks(
     # A worker's failing job: its stderr tail comes back from the worker's node.
     assert errored[-1][0] == "job.run_errored"
     assert "boom" in errored[-1][1]["stderr_tail"]
+    # Its profile: rank 0's times, and the pid the worker's node gave the task.
+    profile = RunProfile.model_validate(errored[-1][1]["profile"])
+    assert profile.pid is not None
+    assert profile.exited_at is not None
     assert modes == ["serial"]
 
 

@@ -23,6 +23,7 @@ from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line
 from lodestream.client.analytics.load import load_file
 from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.simulate.source import Refusals, from_lines
 from lodestream.client.analytics.summary import summarize
 from lodestream.schemas.fold import JobView, apply
 from tests.support.analytics import T0, Log, hand_log
@@ -64,6 +65,16 @@ def test_a_copy_folds_as_the_stream_does(tmp_path: Path) -> None:
     assert (copied.intake.read, copied.intake.refused) == (len(log.events) + 1, 1)
     (refusal,) = copied.intake.listed
     assert (refusal.seq, refusal.stage) == (999, "shared rule")
+
+
+def test_the_simulator_reads_the_same_copy(tmp_path: Path) -> None:
+    log = hand_log()
+    path = write_copy(tmp_path / "events.jsonl", log, [GARBAGE])
+    refusals = Refusals()
+    with path.open("rb") as lines:
+        events = list(from_lines(lines, refusals))
+    assert [e.id for e in events] == [e.id for _, e in log.events]
+    assert refusals.count == 1  # the garbage line, refused by the same rule
 
 
 def test_the_rows_lode_events_prints_are_read_too(tmp_path: Path) -> None:

@@ -63,24 +63,25 @@ async def event_stream(
     async with ctx.engine.connect() as conn:
         own = [r["name"] for r in await queries.list_sites(conn, user, include_removed=False)]
     chosen = parse_filter(query, own)
-    after = await _resume_point(ctx, last_event_id, query.get("since", []))
+    after, log_end = await _resume_point(ctx, last_event_id, query.get("since", []))
     if not chosen.sites:
         idle = _nothing(ctx.settings.api.stream.heartbeat_s)
         return StreamingResponse(idle, media_type="text/event-stream", headers=SSE_HEADERS)
-    feed = LiveFeed(ctx.js, chosen, after, ctx.settings.api.stream, request.app.state.frames)
-    await feed.open()
+    feed = LiveFeed(ctx.js, chosen, after, ctx.settings.api.stream, request.app.state.feed_hubs)
+    await feed.open(log_end)
     return StreamingResponse(_streamed(feed), media_type="text/event-stream", headers=SSE_HEADERS)
 
 
-async def _resume_point(ctx: Context, header: str | None, since: list[str]) -> int:
-    """The sequence to resume after; the end of the log when the client names none."""
+async def _resume_point(ctx: Context, header: str | None, since: list[str]) -> tuple[int, int]:
+    """The sequence to resume after (the end of the log when the client names none), and
+    the end of the log."""
     last = int((await ctx.js.stream_info(EVENTS_STREAM)).state.last_seq)
     if header is not None and header.strip():
         raw, where = header.strip(), "Last-Event-ID"
     elif since:
         raw, where = since[-1], "since"
     else:
-        return last
+        return last, last
     if not raw.isdigit() or int(raw) > SEQ_MAX:
         raise InvalidInput(f"{where} must be a stream sequence (a whole number), got {raw!r}")
     if int(raw) > last:
@@ -89,7 +90,7 @@ async def _resume_point(ctx: Context, header: str | None, since: list[str]) -> i
             f"{last}); resume from at most {last}, or omit it to start at the end",
             {"last_seq": last},
         )
-    return int(raw)
+    return int(raw), last
 
 
 async def _streamed(feed: LiveFeed) -> AsyncIterator[bytes]:

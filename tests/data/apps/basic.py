@@ -67,3 +67,10 @@ class Ingest(ApplicationDefinition):
     name = "ingest"
     command_template = "wc -c in/frame.dat"
     transfers = {"frame": {"direction": "in", "local_path": "in/frame.dat", "cache": True}}
+
+
+class Whoami(ApplicationDefinition):
+    """Writes its shell's process id: the pid the pilot must report in the run's profile."""
+
+    name = "whoami"
+    command_template = "echo $$ > pid.txt"

@@ -1,0 +1,1 @@
+"""The what-if simulator (``lode analytics simulate``): see :mod:`.whatif`."""

@@ -1,0 +1,278 @@
+"""The discrete-event simulation: jobs arrive, become runnable, wait in their site's queue,
+take slots on pilots, (read from shared storage,) compute, finish. One ``heapq`` of events.
+
+How the pilots are modelled, and why:
+
+* A site's runnable jobs wait in log order (the ``launch-<site>`` consumer delivers so). A
+  free slot goes to the earliest job that fits; one that does not is passed over, as a
+  pilot hands back what it cannot place (kept as one FIFO queue per job width, since a job
+  that does not fit means no later job of its width does).
+* A job of one node takes one slot of any node of an open pilot; a job of ``n > 1`` nodes
+  takes ``n`` whole idle nodes of one pilot (an MPI job).
+* A job holds its slot from the moment it is dispatched for its recorded dispatch delay,
+  the pilot's overhead, its I/O, then its compute; it finishes ``finish_s`` after.
+* Pilots stay for the whole run (wall time is not modelled).
+
+With ``strategy`` set, every job is routed when it is submitted, among the sites whose
+pilots can hold it, by the API's own strategy functions
+(:func:`lodestream.services.api.placement.choose` over :class:`SiteLoad` figures).
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from dataclasses import dataclass, field
+
+from lodestream.client.analytics.simulate.calibrate import Calibration
+from lodestream.client.analytics.simulate.errors import BadScenario
+from lodestream.client.analytics.simulate.model import JobTrace, Scenario, amdahl_s
+from lodestream.client.analytics.simulate.storage import SharedStorage
+from lodestream.services.api.placement import THROUGHPUT_WINDOW_S, SiteLoad, choose
+
+_ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE = range(5)
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    makespan_s: float  # first submission → last job.finished
+    jobs: int
+    mean_wait_s: float  # runnable → a slot
+    per_site: dict[str, int]
+
+    @property
+    def throughput_per_s(self) -> float:
+        return self.jobs / self.makespan_s if self.makespan_s > 0 else 0.0
+
+
+@dataclass(slots=True)
+class _Pilot:
+    size: list[int]
+    free: list[int]
+    free_slots: int = 0  # counters, so that a full pilot is passed over at once
+    idle_nodes: int = 0
+
+    def __post_init__(self) -> None:
+        self.free_slots = sum(self.free)
+        self.idle_nodes = sum(1 for f, s in zip(self.free, self.size, strict=True) if f == s)
+
+    def take(self, nodes: int) -> tuple[int, ...] | None:
+        if nodes == 1:
+            if not self.free_slots:
+                return None
+            for j, left in enumerate(self.free):
+                if left:
+                    self.idle_nodes -= left == self.size[j]
+                    self.free[j] -= 1
+                    self.free_slots -= 1
+                    return (j,)
+            return None
+        if self.idle_nodes < nodes:
+            return None
+        taken = tuple([j for j, left in enumerate(self.free) if left == self.size[j]][:nodes])
+        for j in taken:
+            self.free_slots -= self.free[j]
+            self.free[j] = 0
+        self.idle_nodes -= nodes
+        return taken
+
+    def give_back(self, taken: tuple[int, ...], nodes: int) -> None:
+        if nodes == 1:
+            j = taken[0]
+            self.free[j] += 1
+            self.free_slots += 1
+            self.idle_nodes += self.free[j] == self.size[j]
+            return
+        for j in taken:
+            self.free_slots += self.size[j]
+            self.free[j] = self.size[j]
+        self.idle_nodes += nodes
+
+
+@dataclass(slots=True)
+class _Site:
+    # The runnable jobs, one FIFO queue per width (nodes): (order of becoming runnable, job).
+    queues: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
+    pilots: list[_Pilot] = field(default_factory=list)
+    widest: int = 0  # nodes of its widest pilot (open or not)
+    storage: SharedStorage | None = None
+    load: SiteLoad = field(default_factory=lambda: SiteLoad(0, 0, {}))
+    finished: deque[float] = field(default_factory=deque)
+
+
+def simulate(cal: Calibration, scenario: Scenario) -> Prediction:
+    """Replay ``cal``'s jobs under ``scenario``; the predicted makespan and throughput."""
+    return _Run(cal, scenario).run()
+
+
+class _Run:
+    def __init__(self, cal: Calibration, scenario: Scenario) -> None:
+        self.jobs = cal.jobs
+        self.scenario = scenario
+        self.nodes = [scenario.nodes_per_job or job.num_nodes for job in cal.jobs]
+        self.compute = [_compute_s(job, scenario) for job in cal.jobs]
+        self.sites = {site: _Site() for site in cal.pilots}
+        self.heap: list[tuple[float, int, int, int]] = []
+        self.seq = 0
+        self.alloc: dict[int, tuple[_Pilot, tuple[int, ...]]] = {}
+        self.site_of: list[str] = [job.site for job in cal.jobs]
+        self.runnable_at = [0.0] * len(cal.jobs)
+        self.waited = 0.0
+        self.end = 0.0
+        self.opening: list[tuple[str, _Pilot]] = []
+        bandwidth = self._bandwidth(cal)
+        for site, state in self.sites.items():
+            shapes = scenario.pilots_of(site, cal.pilots[site])
+            state.widest = max(len(s.slots_per_node) for s in shapes)
+            state.storage = SharedStorage(bandwidth) if bandwidth is not None else None
+            for shape in shapes:
+                self.opening.append((site, _Pilot(list(shape.slots_per_node),
+                                                  list(shape.slots_per_node))))  # fmt: skip
+                self._push(shape.opens_at, _OPEN, len(self.opening) - 1)
+        self._check_fits()
+        for i, job in enumerate(cal.jobs):
+            if scenario.strategy is None:
+                self._push(job.arrival + job.prepare_s, _RUNNABLE, i)
+            else:
+                self._push(job.arrival, _ARRIVE, i)
+
+    def _bandwidth(self, cal: Calibration) -> float | None:
+        if cal.storage is None:
+            if self.scenario.bandwidth is not None:
+                raise BadScenario("a bandwidth needs an I/O model of the recording: give "
+                                  "its I/O fraction and the bandwidth it ran with")  # fmt: skip
+            return None
+        return self.scenario.bandwidth or cal.storage.bandwidth
+
+    def _check_fits(self) -> None:
+        widest = max(state.widest for state in self.sites.values())
+        for i, nodes in enumerate(self.nodes):
+            limit = (
+                widest if self.scenario.strategy is not None else self.sites[self.site_of[i]].widest
+            )
+            if nodes > limit:
+                raise BadScenario(f"a job of {nodes} node(s) fits no pilot (the widest has "
+                                  f"{limit} node(s))")  # fmt: skip
+
+    def _push(self, at: float, kind: int, index: int) -> None:
+        self.seq += 1
+        heapq.heappush(self.heap, (at, self.seq, kind, index))
+
+    def run(self) -> Prediction:
+        heap = self.heap
+        storages = [(s, st.storage) for s, st in self.sites.items() if st.storage is not None]
+        while heap or any(len(st) for _, st in storages):
+            at_heap = heap[0][0] if heap else math.inf
+            io_site, io_at = _first_io_end(storages)
+            if io_at < at_heap:
+                self._io_ended(io_site, io_at)
+                continue
+            now, _, kind, i = heapq.heappop(heap)
+            if kind == _RUNNABLE:
+                site = self.sites[self.site_of[i]]
+                self.runnable_at[i] = now
+                site.queues.setdefault(self.nodes[i], deque()).append((self.seq, i))
+                self._dispatch(site, now)
+            elif kind == _DONE:
+                self._done(i, now)
+            elif kind == _IO:
+                storage = self.sites[self.site_of[i]].storage
+                assert storage is not None  # an _IO event is pushed only with storage
+                storage.add(now, i, self.jobs[i].io_bytes)
+            elif kind == _OPEN:
+                name, pilot = self.opening[i]
+                self.sites[name].pilots.append(pilot)
+                self._dispatch(self.sites[name], now)
+            else:
+                self._route(i, now)
+        per_site: dict[str, int] = dict.fromkeys(self.sites, 0)
+        for name in self.site_of:
+            per_site[name] += 1
+        n = len(self.jobs)
+        return Prediction(self.end, n, self.waited / n if n else 0.0, per_site)
+
+    def _route(self, i: int, now: float) -> None:
+        job = self.jobs[i]
+        figures = {}
+        for name, site in self.sites.items():
+            if self.nodes[i] > site.widest:
+                continue
+            while site.finished and site.finished[0] < now - THROUGHPUT_WINDOW_S:
+                site.finished.popleft()
+            site.load.finished_recently = len(site.finished)
+            figures[name] = site.load.figures(job.app, THROUGHPUT_WINDOW_S)
+        assert self.scenario.strategy is not None
+        chosen = choose(self.scenario.strategy, figures).chosen
+        load = self.sites[chosen].load
+        load.backlog += 1
+        load.assigned[job.app] = load.assigned.get(job.app, 0) + 1
+        self.site_of[i] = chosen
+        self._push(now + job.prepare_s, _RUNNABLE, i)
+
+    def _dispatch(self, site: _Site, now: float) -> None:
+        """Start the earliest runnable job that fits, until none does. A job that does not
+        fit blocks only the jobs of its width (they need the same), not narrower ones."""
+        blocked: set[int] = set()
+        while True:
+            first = None
+            for width, queue in site.queues.items():
+                if queue and width not in blocked and (first is None or queue[0] < first[0]):
+                    first = (queue[0], width)
+            if first is None:
+                return
+            (_, i), width = first
+            for pilot in site.pilots:
+                taken = pilot.take(width)
+                if taken is not None:
+                    self.alloc[i] = (pilot, taken)
+                    site.queues[width].popleft()
+                    self._start(i, now)
+                    break
+            else:
+                if width == 1:
+                    return  # not one slot free: no job of any width fits
+                blocked.add(width)
+
+    def _start(self, i: int, now: float) -> None:
+        job = self.jobs[i]
+        self.waited += now - self.runnable_at[i]
+        ready = now + job.dispatch_s + job.overhead_s
+        if job.io_bytes > 0 and self.sites[self.site_of[i]].storage is not None:
+            self._push(ready, _IO, i)
+        else:
+            self._push(ready + self.compute[i], _DONE, i)
+
+    def _io_ended(self, name: str, now: float) -> None:
+        storage = self.sites[name].storage
+        assert storage is not None
+        for i in storage.pop_ended(now):
+            self._push(now + self.compute[i], _DONE, i)
+
+    def _done(self, i: int, now: float) -> None:
+        pilot, taken = self.alloc.pop(i)
+        pilot.give_back(taken, self.nodes[i])
+        self.end = max(self.end, now + self.jobs[i].finish_s)
+        site = self.sites[self.site_of[i]]
+        if self.scenario.strategy is not None:
+            site.load.backlog -= 1
+            site.finished.append(now)
+        self._dispatch(site, now)
+
+
+def _first_io_end(storages: list[tuple[str, SharedStorage]]) -> tuple[str, float]:
+    first, at = "", math.inf
+    for name, storage in storages:
+        end = storage.next_end()
+        if end is not None and end < at:
+            first, at = name, end
+    return first, at
+
+
+def _compute_s(job: JobTrace, scenario: Scenario) -> float:
+    """The job's compute time on its scenario's nodes (Amdahl, from its recorded nodes)."""
+    if scenario.nodes_per_job is None or scenario.nodes_per_job == job.num_nodes:
+        return job.compute_s
+    p = scenario.parallel_fraction
+    one_node = job.compute_s / ((1.0 - p) + p / job.num_nodes)
+    return amdahl_s(one_node, p, scenario.nodes_per_job)
