@@ -60,6 +60,7 @@ from lodestream.schemas.resources import JobSpec, NodeInfo
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.trust import event_from_message
 
+Slots = dict[str, tuple[str, ...]]
 SITES: Final = ("bench-a", "bench-b")
 APPS: Final = ("sim", "reco", "calib", "train")
 PATHS: Final = (("plain", 75), ("staged", 5), ("retried", 10), ("failed", 10))
@@ -70,12 +71,12 @@ NODES_PER_SESSION: Final = 16
 JOBS_PER_SESSION: Final = 2000
 ARRIVALS_PER_S: Final = 50.0
 
-_ENVELOPE: Final = {"id": ("id",), "agg": ("aggregate_id",), "at": ("occurred_at",)}
-_BY_PILOT: Final = {**_ENVELOPE, "actor": ("actor",)}
-_STARTED: Final = {**_BY_PILOT, "session": ("data", "session_id")}
-_CREATED: Final = {**_ENVELOPE, "app": ("data", "app"), "workdir": ("data", "workdir"),
+_ENVELOPE: Final[Slots] = {"id": ("id",), "agg": ("aggregate_id",), "at": ("occurred_at",)}
+_BY_PILOT: Final[Slots] = {**_ENVELOPE, "actor": ("actor",)}
+_STARTED: Final[Slots] = {**_BY_PILOT, "session": ("data", "session_id")}
+_CREATED: Final[Slots] = {**_ENVELOPE, "app": ("data", "app"), "workdir": ("data", "workdir"),
                    "campaign": ("data", "tags", "campaign")}  # fmt: skip
-_SESSION: Final = {**_BY_PILOT, "deadline": ("data", "deadline")}
+_SESSION: Final[Slots] = {**_BY_PILOT, "deadline": ("data", "deadline")}
 
 
 class LogGenerator:
