@@ -60,9 +60,18 @@ async def run_workload(stack: Stack) -> None:
 
 
 async def control_plane_summary(stack: Stack) -> Summary:
+    """The summary once the pilot's session has ended on the log (closed, or expired by the
+    controller if the pilot had to be killed): nothing more is appended at the site after
+    that, so every read below sees the same log."""
     nc = await connect(stack.nats_settings())
     try:
-        return summarize(await load_stream(nc, Selection.of(sites=["alpha"])))
+        async with asyncio.timeout(WAIT_S):
+            while True:
+                loaded = await load_stream(nc, Selection.of(sites=["alpha"]))
+                sessions = loaded.timelines.sessions.values()
+                if sessions and all(s.ended_at is not None for s in sessions):
+                    return summarize(loaded)
+                await asyncio.sleep(0.5)
     finally:
         await nc.close()
 
