@@ -47,6 +47,22 @@ xfer-deps: ## Install rsync and OpenSSH for the transfer tests (rsync over a loo
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(XFER_PACKAGES); \
 	fi
 
+DOCKER_PACKAGES := docker.io iptables
+
+.PHONY: docker-deps
+docker-deps: ## Install Debian's Docker engine for the container tests (cluster node loss; as root)
+	@if command -v dockerd >/dev/null && command -v docker >/dev/null && command -v iptables >/dev/null; then \
+	  echo "Docker is installed: $$(dockerd --version)"; \
+	elif [ "$$(id -u)" != 0 ]; then \
+	  echo "run as root (the tests start a private dockerd): sudo make docker-deps" >&2; exit 1; \
+	else \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $(DOCKER_PACKAGES); \
+	fi
+
+.PHONY: images
+images: $(STAMP) ## Build the nats-server and Postgres images offline from the installed wheels
+	$(BIN)/python -m lodestream.infra.images
+
 .PHONY: ui-deps
 ui-deps: ## Install Debian's Chromium for the dashboard's headless browser test (as root)
 	@if command -v chromium >/dev/null; then \
@@ -121,6 +137,10 @@ CHAOS_ROUNDS ?= 3
 .PHONY: chaos
 chaos: $(STAMP) ## Chaos under load: every component SIGKILLed in turn (CHAOS_JOBS=500 CHAOS_ROUNDS=3)
 	LODE_CHAOS_JOBS=$(CHAOS_JOBS) LODE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(BIN)/pytest -q -s tests/chaos $(PYTEST_ARGS)
+
+.PHONY: cluster-faults
+cluster-faults: $(STAMP) ## The 3-node cluster in containers loses its EVENTS leader mid-run (root, make docker-deps)
+	LODE_CLUSTER_FAULTS=1 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove caches (keeps the venv and the state dir)

@@ -45,7 +45,7 @@ from lodestream.client.credential import MonitorCredential
 from lodestream.client.errors import CredentialRevoked, WatchError, WatchNotice
 from lodestream.client.watchfeed import INACTIVE_S, Restart, SiteFeed, Start
 from lodestream.infra.nats.monitor import monitor_inbox_prefix
-from lodestream.natsconn import TolerantClient, client_tls
+from lodestream.natsconn import TolerantClient, client_tls, server_urls
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import DecodeError, SubjectError, Untrusted
@@ -275,7 +275,7 @@ async def connect_monitor(credential: MonitorCredential, errors: list[Exception]
 
     nc = TolerantClient()
     options: dict[str, Any] = {
-        "servers": [credential.nats_url],
+        "servers": server_urls(credential.nats_url),
         "nkeys_seed_str": credential.seed,
         "inbox_prefix": monitor_inbox_prefix(credential.public_key),
         "name": "lode-watch",

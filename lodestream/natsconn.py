@@ -49,6 +49,18 @@ def client_tls(ca_file: str | None) -> ssl.SSLContext | None:
     return context
 
 
+def server_urls(url: str) -> list[str]:
+    """The servers of a NATS URL setting: one URL, or several separated by commas.
+
+    A cluster whose nodes do not advertise reachable addresses (``no_advertise``, NAT,
+    published container ports) is reached through the list; a client tries each in turn.
+    """
+    urls = [part.strip() for part in url.split(",") if part.strip()]
+    if not urls:
+        raise ValueError("the NATS URL setting is empty")
+    return urls
+
+
 async def connect(
     settings: NatsSettings, *, on_error: Callable[[Exception], None] | None = None, **overrides: Any
 ) -> Client:
@@ -72,7 +84,7 @@ async def connect(
             log.warning("nats: %s", what)
 
     options: dict[str, Any] = {
-        "servers": [settings.url],
+        "servers": server_urls(settings.url),
         "name": settings.name,
         "inbox_prefix": settings.inbox_prefix,
         "max_reconnect_attempts": -1,

@@ -19,7 +19,14 @@ from pydantic import BaseModel
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events.job import JobCreated, JobStarted, LeaseData, StartedData
-from lodestream.schemas.states import RUN_CARRIERS, SKIPPABLE, TRANSITIONS, JobState, Transition
+from lodestream.schemas.states import (
+    CREATED_RUNNABLE,
+    RUN_CARRIERS,
+    SKIPPABLE,
+    TRANSITIONS,
+    JobState,
+    Transition,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,12 +54,14 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
             raise IllegalTransition(
                 f"job.created names site {event.data.site!r} but was appended for {event.site!r}"
             )
+        state = _created_state(event)
         return JobView(
             id=event.aggregate_id,
             site=event.site,
-            state=JobState.CREATED,
+            state=state,
             last_seq=seq,
-            stage_times={JobState.CREATED.value: event.occurred_at},
+            # CREATED keeps its entry time when the job skips past it: latencies count from it.
+            stage_times={JobState.CREATED.value: event.occurred_at, state.value: event.occurred_at},
             updated_at=event.occurred_at,
         )
     if event.aggregate_id != view.id or event.site != view.site:
@@ -117,6 +126,29 @@ def fold(events: Iterable[tuple[int, Event]]) -> JobView | None:
     for seq, event in events:
         view = apply(view, event, seq)
     return view
+
+
+def _created_state(event: JobCreated) -> JobState:
+    """CREATED, or PREPROCESSED for a job created runnable; IllegalTransition if it may not be.
+
+    Only what the event itself shows is judged: a job with parents must wait for them (the
+    controller's step) and one with transfer items may stage in (the transfer module's).
+    Whether its app has a ``preprocess`` hook is the api's call when it appends the event.
+    """
+    skipped = event.data.skipped
+    if not skipped:
+        return JobState.CREATED
+    if skipped != CREATED_RUNNABLE:
+        allowed, claimed = ", ".join(CREATED_RUNNABLE), ", ".join(skipped)
+        raise IllegalTransition(f"job.created may skip {allowed} or nothing, not {claimed}")
+    if event.data.parent_ids:
+        raise IllegalTransition("job.created skips to runnable a job that has parents")
+    if event.data.transfers:
+        raise IllegalTransition("job.created skips to runnable a job that has transfer items")
+    state = JobState.CREATED
+    for step in skipped:
+        state = _step(TRANSITIONS[step], state, leased=False, skipped_in=event.type)
+    return state
 
 
 def _skipped(event: Event) -> tuple[str, ...]:

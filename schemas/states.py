@@ -147,6 +147,15 @@ SKIPPABLE: Final = frozenset(
 ``job.finished`` when nothing follows the run, and the event must then carry the run's
 result (:mod:`lodestream.schemas.fold` refuses it otherwise).
 """
+CREATED_RUNNABLE: Final = ("job.ready", "job.staged_in", "job.preprocessed")
+"""What a ``job.created`` may skip: these three, in this order, or nothing.
+
+The api creates a job runnable (PREPROCESSED) when it has no parents, nothing to stage and
+no ``preprocess`` hook at its app, as the api's read model of apps shows it when the job is
+submitted; the pilots then lease it from ``launch-<site>`` with no controller step between.
+The fold checks what the event itself shows (no parents, no transfer items); the hook is
+the control plane's call, which no site can forge (``job.created`` is a control type).
+"""
 RUN_CARRIERS: Final = frozenset({"job.finished"})
 """Events that may stand for ``job.run_done`` (with the run's result in ``data.run``)."""
 FINISHED_AT_RUN_END: Final = ("job.run_done", "job.postprocessed", "job.staged_out")

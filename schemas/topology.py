@@ -114,9 +114,14 @@ SiteFeed = PullFeed | LiveFeed
 
 LAUNCH: Final = PullFeed(
     "launch", "pilot",
-    ("job.preprocessed", "job.restart_ready", "job.lease_released", "job.lease_expired"),
-    "runnable jobs: each carries the work to run", ack_wait_s=30.0,
+    ("job.created", "job.preprocessed", "job.restart_ready", "job.lease_released",
+     "job.lease_expired"),
+    "runnable jobs: each carries the work to run; every job.created, of which pilots run "
+    "those created runnable and ack the others", ack_wait_s=30.0,
 )  # fmt: skip
+"""``job.created`` is here because a job created runnable goes to pilots with no hop
+between (a subject filter cannot tell it from the others: the pilot does, see
+``agents/launcher/work.py``)."""
 PROCESS: Final = PullFeed(
     "process", "site agent",
     ("job.staged_in", "job.run_done", "job.run_errored", "job.run_timed_out", "job.finished"),

@@ -7,4 +7,6 @@ pytest_plugins = [
     "tests.fixtures.api",
     "tests.fixtures.slurm",
     "tests.fixtures.sshd",
+    "tests.fixtures.docker",
+    "tests.fixtures.containers",
 ]

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from lodestream.schemas.states import (  # noqa: E402
+    CREATED_RUNNABLE,
     FINAL,
     RUN_CARRIERS,
     RUNNABLE,
@@ -34,6 +35,8 @@ def render() -> str:
         "```mermaid",
         "stateDiagram-v2",
         "    [*] --> CREATED: job.created",
+        f"    [*] --> {_created_runnable_state()}: job.created "
+        f"(skipped: {', '.join(s.removeprefix('job.') for s in CREATED_RUNNABLE)})",
     ]
     for transition in TRANSITIONS.values():
         for source in sorted(s.value for s in transition.sources if s is not None):
@@ -68,8 +71,32 @@ def render() -> str:
         " by the lease holder, which then carries the run's result in `data.run` (a run that "
         "nothing follows finishes the job in one event).",
         "",
+        "**Jobs created runnable.** `job.created` may skip "
+        f"{', '.join(f'`{s}`' for s in CREATED_RUNNABLE)} (all three, in this order, or "
+        f"nothing): the job is then {_created_runnable_state()} from its first event, and "
+        "`launch-<site>` hands that very event to the site's pilots, with no controller or "
+        "site agent step between. A job with nothing to do before it runs (no parents, no "
+        "transfer items, no `preprocess` hook at its app) is created so, and one that has "
+        "nothing to do after its run either costs three events: `job.created`, `job.started`, "
+        "`job.finished`. The api decides it when the job is submitted, from its read model "
+        "of the site's apps: an app whose hooks change later changes only the jobs created "
+        "after the api has seen the change (a job created runnable just before a "
+        "`preprocess` hook was added runs without it, as a job already past that step "
+        "would). A job of an app the api does not know, one with parents or with transfer "
+        "items is created CREATED and moved on by the controller, as before; so is every "
+        "job after `job.reset` (READY). The fold refuses a `job.created` that skips "
+        "anything else, or that skips for a job with parents or transfer items, and the "
+        "projector quarantines it; pilots refuse it by the same fold.",
+        "",
     ]
     return "\n".join(lines)
+
+
+def _created_runnable_state() -> str:
+    state = JobState.CREATED
+    for step in CREATED_RUNNABLE:
+        state = TRANSITIONS[step].target or state
+    return state.value
 
 
 def main() -> int:

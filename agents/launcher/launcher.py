@@ -64,7 +64,14 @@ from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.tasks import Reaper, Tracked
 from lodestream.agents.launcher.watch import JobWatch
-from lodestream.agents.launcher.work import JobKey, NotWork, WorkItem, settle, work_item
+from lodestream.agents.launcher.work import (
+    JobKey,
+    NotRunnable,
+    NotWork,
+    WorkItem,
+    settle,
+    work_item,
+)
 from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
 from lodestream.agents.site.retry import retry_until, stopped_within
 from lodestream.agents.site.settings import JobMode
@@ -291,12 +298,10 @@ class Launcher:
     # --- deliveries -----------------------------------------------------------------------
 
     async def _offer(self, msg: Any) -> None:
-        try:
-            item = work_item(msg, self._site)
-            request = JobRequest.from_resources(str(item.job_id), item.spec)
-        except (NotWork, ResourceError) as exc:
-            await self._skip(msg, str(exc))
+        work = await self._work(msg)
+        if work is None:
             return
+        item, request = work
         held = self._held.get(item.key)
         if held is not None:
             await self._redelivered(item, held)
@@ -324,6 +329,18 @@ class Launcher:
         job = asyncio.create_task(self._run_job(item, allocation))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
+
+    async def _work(self, msg: Any) -> tuple[WorkItem, JobRequest] | None:
+        """The work ``msg`` carries, or None once a delivery that carries none is settled."""
+        try:
+            item = work_item(msg, self._site)
+            return item, JobRequest.from_resources(str(item.job_id), item.spec)
+        except NotRunnable:  # the controller moves it on; its runnable event comes later
+            self.report.not_runnable += 1
+            await settle(msg.ack())
+        except (NotWork, ResourceError) as exc:
+            await self._skip(msg, str(exc))
+        return None
 
     async def _outside_filter(self, item: WorkItem, msg: Any, wait: float) -> bool:
         """Hand the job back if it is outside this pilot's tag filter; True if handed back."""
@@ -467,6 +484,8 @@ class Launcher:
 
     async def _submitted(self, item: WorkItem) -> bool:
         """Run only what a user submitted, as it was submitted (:func:`decide.not_as_submitted`)."""
+        if item.submitted:  # the delivery is the job.created: nothing to read back
+            return True
         try:
             created = await created_spec(self._js, self._site, item.job_id)
         except NotWork as exc:  # what the log holds fails the shared rule

@@ -24,6 +24,7 @@ class LauncherReport:
     timed_out: int = 0
     killed: int = 0
     skipped: int = 0  # deliveries the shared rule refused, or that carried no work
+    not_runnable: int = 0  # job.created of jobs the controller moves on (acked, not work)
     duplicates: int = 0  # deliveries of a job this pilot already held
     deferred: int = 0  # retries handed back to the server until they fall due
     refused: int = 0  # jobs this pilot can never run (left to another pilot, or failed)

@@ -157,6 +157,12 @@ def start_timeline(seq: int, event: JobCreated, at: float) -> JobTimeline:
         created_seq=seq,
     )
     timeline.entries.append(StateEntry(JobState.CREATED, at, seq, 1))
+    # A job the api created runnable records the steps it skipped in job.created itself.
+    for skipped in spec.skipped:
+        target = TRANSITIONS[skipped].target
+        if target is not None:
+            timeline.entries.append(StateEntry(target, at, seq, 1))
+            timeline.state = target
     return timeline
 
 

@@ -45,6 +45,7 @@ def cluster_configs(
     authorization: str | None = None,
     tls: TlsFiles | None = None,
     websocket_ports: Sequence[int] | None = None,
+    no_advertise: bool = False,
 ) -> list[NatsServerConfig]:
     """One :class:`NatsServerConfig` per node, ``n1`` … ``nN``, each routing to all nodes.
 
@@ -75,7 +76,9 @@ def cluster_configs(
             websocket_port=websocket_ports[i] if websocket_ports is not None else None,
             tls=tls,
             authorization=authorization,
-            cluster=ClusterBlock(name=cluster_name, port=cluster_ports[i], routes=routes),
+            cluster=ClusterBlock(
+                name=cluster_name, port=cluster_ports[i], routes=routes, no_advertise=no_advertise
+            ),
         )
         for i in range(n)
     ]

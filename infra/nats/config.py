@@ -33,6 +33,10 @@ class ClusterBlock:
     name: str
     port: int
     routes: tuple[str, ...]
+    # Clients learn the other nodes' addresses from INFO unless this is set. Behind NAT or
+    # published container ports those addresses are not reachable: the clients then list
+    # every node in their URL instead (NATS_URL takes a comma-separated list).
+    no_advertise: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +113,8 @@ def _cluster(host: str, cluster: ClusterBlock) -> str:
         f"  name: {_q(cluster.name)}\n"
         f"  listen: {_q(host_port(host, cluster.port))}\n"
         f"  routes: [\n{routes}  ]\n"
-        "}\n"
+        + ("  no_advertise: true\n" if cluster.no_advertise else "")
+        + "}\n"
     )
 
 

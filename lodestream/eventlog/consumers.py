@@ -29,12 +29,19 @@ def consumer_config(feed: PullFeed, site: str) -> ConsumerConfig:
 
 
 async def ensure_site_consumers(js: JetStreamContext, site: str) -> None:
-    # Created once, never updated: a site's pilots may be reading it right now.
+    # Created once; afterwards updated only when its filter is not the table's (a newer control
+    # plane may hand a feed more types, as job.created came to launch-<site>). The server
+    # updates a durable in place, keeping its position and pending acks, so the site's
+    # pilots may go on reading it meanwhile.
     for feed in SITE_CONSUMERS:
+        config = consumer_config(feed, site)
         try:
-            await js.consumer_info(feed.stream, feed.durable(site))
+            info = await js.consumer_info(feed.stream, feed.durable(site))
         except NotFoundError:
-            await js.add_consumer(feed.stream, consumer_config(feed, site))
+            await js.add_consumer(feed.stream, config)
+            continue
+        if sorted(info.config.filter_subjects or []) != sorted(config.filter_subjects or []):
+            await js.add_consumer(feed.stream, config)
 
 
 async def remove_site_consumers(js: JetStreamContext, site: str) -> None:

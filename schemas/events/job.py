@@ -18,6 +18,7 @@ from lodestream.schemas.resources import (
     check_storable,
 )
 from lodestream.schemas.retry import MAX_BACKOFF_S
+from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.upcast import upcaster
 
 MAX_TAIL = 4096
@@ -175,16 +176,28 @@ class ReasonData(EventData):
 class CreatedData(JobSpec):
     """``job.created``: the job's spec and, when the API chose its site (``site: "auto"``),
     that choice and the figures it was made on. Events from before ``site_choice`` existed
-    decode with None."""
+    decode with None.
+
+    ``skipped`` is :data:`~lodestream.schemas.states.CREATED_RUNNABLE` when the API created
+    the job runnable (no parents, nothing to stage, no ``preprocess`` hook at its app):
+    the job is PREPROCESSED from its first event and goes straight to the site's pilots on
+    ``launch-<site>``. Empty: the controller moves it on, as before.
+    """
 
     site_choice: SiteChoice | None = None
+    skipped: tuple[str, ...] = ()
 
 
 class JobCreated(Event):
     event_type: ClassVar[str] = "job.created"
     type: Literal["job.created"] = "job.created"
-    v: Annotated[Literal[1], EXACT_VERSION] = 1
+    v: Annotated[Literal[2], EXACT_VERSION] = 2
     data: CreatedData
+
+    @property
+    def runnable(self) -> bool:
+        """Whether it claims to create the job runnable (the fold judges whether it may)."""
+        return self.data.skipped == CREATED_RUNNABLE
 
     @field_validator("data", mode="before")
     @classmethod
@@ -194,6 +207,12 @@ class JobCreated(Event):
         if isinstance(value, JobSpec) and not isinstance(value, CreatedData):
             return dict(value)
         return value
+
+
+@upcaster("job.created", 1)
+def _created_v1(document: dict[str, Any]) -> dict[str, Any]:
+    # v2 added data.skipped (a job created runnable); a v1 job was always created CREATED.
+    return document
 
 
 class JobAwaitingParents(Event):

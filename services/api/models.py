@@ -109,6 +109,7 @@ class JobSubmission(CreatedData):
         None, description=f'with site "auto" only; default {DEFAULT_STRATEGY}'
     )
     site_choice: SkipJsonSchema[None] = None
+    skipped: SkipJsonSchema[tuple[()]] = ()  # the api's to decide (submit.created_runnable)
 
     @model_validator(mode="after")
     def _strategy_needs_auto(self) -> JobSubmission:

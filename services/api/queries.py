@@ -93,12 +93,12 @@ async def catalog(
     app_map: dict[str, dict[str, AppInterface]] = {}
     if own_sites:
         result = await conn.execute(
-            select(apps.c.site, apps.c.name, apps.c.parameters, apps.c.transfers).where(
-                apps.c.site.in_(sorted(own_sites))
-            )
+            select(
+                apps.c.site, apps.c.name, apps.c.parameters, apps.c.transfers, apps.c.hooks
+            ).where(apps.c.site.in_(sorted(own_sites)))
         )
-        for site, name, parameters, transfers in result:
-            app_map.setdefault(site, {})[name] = AppInterface.from_row(parameters, transfers)
+        for site, name, parameters, transfers, hooks in result:
+            app_map.setdefault(site, {})[name] = AppInterface.from_row(parameters, transfers, hooks)
     own_jobs: frozenset[uuid.UUID] = frozenset()
     if parents:
         result = await conn.execute(

@@ -11,7 +11,7 @@ JetStream de-duplicates it.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -19,6 +19,7 @@ from typing import Any
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import keyed_id, uuid7
 from lodestream.schemas.placement import AUTO_SITE, DEFAULT_STRATEGY
+from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
 from lodestream.services.api.models import JobSubmission, SubmitRequest
 from lodestream.services.api.placement import Placer, SiteLoad
@@ -33,11 +34,18 @@ class AppInterface:
     required_parameters: frozenset[str]
     slots: frozenset[str]
     required_slots: frozenset[str]
+    preprocess: bool = False  # the app has a ``preprocess`` hook: its jobs are not created runnable
 
     @classmethod
-    def from_row(cls, parameters: Mapping[str, Any], transfers: Mapping[str, Any]) -> AppInterface:
-        """From the ``parameters`` and ``transfers`` JSONB columns of ``rm.apps``."""
+    def from_row(
+        cls,
+        parameters: Mapping[str, Any],
+        transfers: Mapping[str, Any],
+        hooks: Collection[str] = (),
+    ) -> AppInterface:
+        """From the ``parameters``, ``transfers`` and ``hooks`` JSONB columns of ``rm.apps``."""
         return cls(
+            preprocess="preprocess" in hooks,
             parameters=frozenset(parameters),
             required_parameters=frozenset(
                 name
@@ -258,6 +266,19 @@ def _problem(
     return {"loc": loc, "msg": msg, "type": kind}
 
 
+def created_runnable(job: JobSubmission, app: AppInterface | None) -> bool:
+    """Whether ``job`` is created runnable: nothing for the controller or the site agent to do
+    before a pilot may run it (:data:`~lodestream.schemas.states.CREATED_RUNNABLE`).
+
+    No parents to wait for, no transfer items (the fold refuses a runnable job that has any,
+    so one with only stage-out items goes the controller's way too) and no ``preprocess``
+    hook at its app, as the read model shows the app now. An app whose hooks change later
+    changes only the jobs created after the api has seen the change; an app the api does not
+    know yet is left to the controller, which decides in log order.
+    """
+    return app is not None and not (job.parent_ids or job.transfers or app.preprocess)
+
+
 @dataclass(frozen=True, slots=True)
 class Plan:
     """The events to append, and the jobs of the request that a retry already created."""
@@ -295,6 +316,10 @@ def build_events(
                     _problem(index, "id", f"job {job_id} already exists", kind="taken")
                 )
             continue
+        data = job
+        if created_runnable(job, catalog.apps.get(job.site, {}).get(job.app)):
+            # model_copy does not validate: CREATED_RUNNABLE is the one skip the fold accepts.
+            data = job.model_copy(update={"skipped": CREATED_RUNNABLE})
         to_append.append(
             JobCreated.create(
                 site=job.site,
@@ -302,7 +327,7 @@ def build_events(
                 actor=who,
                 # A JobSubmission is a JobSpec: passed as-is, it is not validated again, and
                 # JobCreated.data serialises by its declared type, so ``id`` never reaches the log.
-                data=job,
+                data=data,
                 event_id=eid,
                 occurred_at=now,
             )

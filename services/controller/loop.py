@@ -38,7 +38,7 @@ from lodestream.schemas.events import (
     SiteRegistered,
     SiteRemoved,
 )
-from lodestream.schemas.fold import check_creation
+from lodestream.schemas.fold import apply, check_creation
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
 from lodestream.schemas.topology import CONTROLLER
@@ -324,24 +324,30 @@ class Controller:
             return []
         if event.kind == "xfer":
             return await self._settle_transfer(event)
-        match event:
-            case JobCreated(data=created):
-                try:
-                    check_creation(event, self._owners.get(event.site))
-                except IllegalTransition as exc:
-                    self.refused += 1
-                    log.warning("controller: not creating job %s: %s", event.aggregate_id, exc)
-                    return []
-                self._remember(_key(event), created)
-                parents = await self._reads.states(list(created.parent_ids))
-                return decide.on_created_or_waiting(
-                    event, event.aggregate_id, seq, created, self._app(created),
-                    parents=parents, waiting=False,
-                )  # fmt: skip
+        if isinstance(event, JobCreated):
+            return await self._created(seq, event)
         spec = await self._spec(_key(event))
         if spec is None:  # no such job at this site: nothing to decide, whatever it claims
             return []
         return await self._follow_up(seq, event, spec)
+
+    async def _created(self, seq: int, event: JobCreated) -> list[Append]:
+        created = event.data
+        try:
+            check_creation(event, self._owners.get(event.site))
+            apply(None, event, seq)  # a skip the projector quarantines: nothing to do either
+        except IllegalTransition as exc:
+            self.refused += 1
+            log.warning("controller: not creating job %s: %s", event.aggregate_id, exc)
+            return []
+        self._remember(_key(event), created)
+        if event.runnable:  # launch-<site> hands it to the pilots as it is
+            return []
+        parents = await self._reads.states(list(created.parent_ids))
+        return decide.on_created_or_waiting(
+            event, event.aggregate_id, seq, created, self._app(created),
+            parents=parents, waiting=False,
+        )  # fmt: skip
 
     async def _follow_up(self, seq: int, event: Event, spec: JobSpec) -> list[Append]:
         app = self._app(spec)

@@ -41,6 +41,7 @@ from lodestream.schemas.events import (
 )
 from lodestream.schemas.events.batch import BatchFinishedData, BatchRequestData, BatchSubmittedData
 from lodestream.schemas.events.job import (
+    CreatedData,
     FailureData,
     FinishedData,
     LeaseData,
@@ -50,8 +51,8 @@ from lodestream.schemas.events.job import (
     StepData,
 )
 from lodestream.schemas.events.session import SessionOpenedData
-from lodestream.schemas.resources import JobSpec, NodeInfo
-from lodestream.schemas.states import FINISHED_AT_RUN_END
+from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.states import CREATED_RUNNABLE, FINISHED_AT_RUN_END
 
 T0: Final = datetime(2026, 1, 1, tzinfo=UTC)
 T0_S: Final = T0.timestamp()
@@ -88,12 +89,15 @@ class Log:
         tags: Mapping[str, str] | None = None,
         num_nodes: int = 1,
         packing: int = 1,
+        runnable: bool = False,
     ) -> uuid.UUID:
+        """A job; ``runnable``: created PREPROCESSED by the api (its steps skipped in it)."""
         job = uuid.uuid4()
         self.sites[job] = site
-        spec = JobSpec.model_validate({
+        spec = CreatedData.model_validate({
             "site": site, "app": app, "workdir": f"w/{job}", "tags": dict(tags or {}),
             "num_nodes": num_nodes, "node_packing_count": packing,
+            "skipped": CREATED_RUNNABLE if runnable else (),
         })  # fmt: skip
         self._job(JobCreated, job, at, f"user:{OWNER}", spec)
         return job

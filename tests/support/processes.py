@@ -24,6 +24,8 @@ def service_env(nats: NatsSettings, database_url: str) -> dict[str, str]:
         # Pilots in tests heartbeat for a 3 s TTL (tests/support/site.py); the stream agrees.
         "LODE_NATS__HEARTBEAT_TTL_S": str(TEST_HEARTBEAT_TTL_S),
     }
+    if nats.stream_replicas != 1:  # a cluster: R3 streams, as an operator sets it
+        env["LODE_NATS__STREAM_REPLICAS"] = str(nats.stream_replicas)
     if nats.user:
         env["LODE_NATS__USER"] = nats.user
     if nats.password:

@@ -8,11 +8,13 @@ from datetime import timedelta
 import pytest
 
 from lodestream.client.analytics.errors import AnalyticsError
+from lodestream.client.analytics.figures.latency import StageTable, stage_table
 from lodestream.client.analytics.figures.pilot import PilotOverhead, pilot_overhead
 from lodestream.client.analytics.fold import fold_timelines
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.pilot_times import NO_STAMPS, PilotStamps, merge, stamps_of
 from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.stats import Spread
 from lodestream.client.analytics.timeline import RunRecord
 from lodestream.schemas.codec import encode
 from lodestream.schemas.events import JobFinished, JobStarted
@@ -46,6 +48,21 @@ def test_a_timeline_records_each_state_per_attempt_with_skipped_steps() -> None:
         3,
         "disk full",
     )
+
+
+def test_a_job_created_runnable_enters_its_skipped_steps_at_creation() -> None:
+    log = Log()
+    session = uuid.uuid4()
+    job = log.created(0, runnable=True)
+    log.started(job, 2, session)
+    log.finished_by_pilot(job, 7, session)
+    (timeline,) = log.loaded().timelines.jobs.values()
+    assert [(e.state, e.at - T0_S) for e in timeline.entries[:4]] == [
+        (S.CREATED, 0), (S.READY, 0), (S.STAGED_IN, 0), (S.PREPROCESSED, 0)]  # fmt: skip
+    table = stage_table([timeline])
+    assert isinstance(table, StageTable)
+    assert table.row("run delay").spread == Spread(1, 2.0, 0.0, 2.0, 2.0, 2.0)
+    assert table.row("stage in").skipped == 1
 
 
 def test_a_job_carries_its_spec_and_a_separate_lease() -> None:

@@ -81,9 +81,9 @@ def test_output_is_deterministic_json(rendered: dict[str, str], exporter: Module
 
 
 def test_event_schema_requires_type_and_version(rendered: dict[str, str]) -> None:
-    schema = json.loads(rendered["events/job.created.v1.json"])
+    schema = json.loads(rendered["events/job.created.v2.json"])
     assert schema["properties"]["type"]["const"] == "job.created"
-    assert schema["properties"]["v"]["const"] == 1
+    assert schema["properties"]["v"]["const"] == 2
     assert {"type", "v", "id", "site", "aggregate_id", "data"} <= set(schema["required"])
     assert schema["additionalProperties"] is False
 

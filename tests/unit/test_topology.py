@@ -17,7 +17,7 @@ from lodestream.infra.nats.auth import (
 )
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.errors import SubjectError
-from lodestream.schemas.states import RUNNABLE, TRANSITIONS
+from lodestream.schemas.states import CREATED_RUNNABLE, RUNNABLE, TRANSITIONS
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.topology import (
     CONTROLLER,
@@ -120,7 +120,9 @@ def test_pilots_are_handed_exactly_the_events_that_leave_a_job_runnable_and_free
         if (t.target in RUNNABLE and t.lease == "none")
         or (t.target is None and t.lease == "release")
     }
-    assert set(LAUNCH.event_types) == freed
+    # job.created too: with CREATED_RUNNABLE skipped, it leaves its job runnable and free.
+    assert TRANSITIONS[CREATED_RUNNABLE[-1]].target in RUNNABLE
+    assert set(LAUNCH.event_types) == freed | {"job.created"}
     assert LAUNCH.reader == "pilot"
     assert PROCESS.reader == "site agent"
 
