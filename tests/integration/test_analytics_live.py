@@ -33,7 +33,7 @@ from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.natsconn import connect
 from lodestream.services.embedded.credentials import CredentialSync
 from tests.security.attack import api_client
-from tests.support.processes import terminate
+from tests.support.processes import TEST_HEARTBEAT_TTL_S, terminate
 from tests.support.stack import SITE_OWNERS, Stack, running_stack
 
 pytestmark = pytest.mark.slow
@@ -60,18 +60,21 @@ async def run_workload(stack: Stack) -> None:
 
 
 async def control_plane_summary(stack: Stack) -> Summary:
-    """The summary once the pilot's session has ended on the log (closed, or expired by the
-    controller if the pilot had to be killed): nothing more is appended at the site after
-    that, so every read below sees the same log."""
+    """The summary once the site's log has settled: the pilot's session ended, and nothing
+    more came for twice the heartbeat TTL (the controller may still note the expiry of the
+    session's last heartbeat), so every read below sees the same log."""
     nc = await connect(stack.nats_settings())
     try:
         async with asyncio.timeout(WAIT_S):
+            last: int | None = -1
             while True:
                 loaded = await load_stream(nc, Selection.of(sites=["alpha"]))
                 sessions = loaded.timelines.sessions.values()
-                if sessions and all(s.ended_at is not None for s in sessions):
+                ended = bool(sessions) and all(s.ended_at is not None for s in sessions)
+                if ended and loaded.intake.last_seq == last:
                     return summarize(loaded)
-                await asyncio.sleep(0.5)
+                last = loaded.intake.last_seq if ended else -1
+                await asyncio.sleep(2 * TEST_HEARTBEAT_TTL_S)
     finally:
         await nc.close()
 
