@@ -138,6 +138,9 @@ def test_the_summary_of_a_real_run_from_the_live_stream(
     pilot = summary.pilot
     assert isinstance(pilot, PilotOverhead)
     assert pilot.runs == SLEEPERS + 1
+    # The pilot records its own stamps (RunResultData.profile): every run is measured by them.
+    for step in ("lease → start", "spawn → start", "run end → reported"):
+        assert pilot.row(step).stamped == SLEEPERS + 1, step
     u = summary.utilization
     assert u.provisioned_node_s > 0
     assert 0 < u.busy_node_s <= u.provisioned_node_s
