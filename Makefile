@@ -17,11 +17,11 @@ $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else "lodestream needs Python >= 3.11")'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[dev,demo,mpi]'
+	$(BIN)/pip install --quiet -e '.[dev,demo,mpi,analytics]'
 	@touch $(STAMP)
 
 .PHONY: venv
-venv: $(STAMP) ## Create the virtualenv and install lodestream with dev, demo and mpi extras
+venv: $(STAMP) ## Create the virtualenv and install lodestream with dev, demo, mpi and analytics extras
 
 SLURM_PACKAGES := slurmctld slurmd slurm-client
 

@@ -230,54 +230,11 @@ class Watch:
         warnings.warn(text, WatchNotice, stacklevel=2)
 
     def _raise_if_refused(self) -> None:
-        for exc in self._errors:
-            words = str(exc).lower()
-            if "authorization violation" in words or "authentication" in words:
-                raise CredentialRevoked(
-                    "nats-server refused the monitoring credential (revoked, or not yet "
-                    "applied): get a new one with `lode watch --new-credential` or from the API"
-                )
+        raise_if_refused(self._errors)
 
     async def _connect(self) -> None:
         cred = self._credential
-
-        async def record(exc: Exception) -> None:
-            self._errors.append(exc)
-            del self._errors[:-20]
-
-        nc = TolerantClient()
-        options: dict[str, Any] = {
-            "servers": server_urls(cred.nats_url),
-            "nkeys_seed_str": cred.seed,
-            "inbox_prefix": monitor_inbox_prefix(cred.public_key),
-            "name": "lode-watch",
-            "max_reconnect_attempts": -1,
-            "reconnect_time_wait": 0.5,
-            "error_cb": record,
-        }
-        tls = client_tls(str(cred.ca_file) if cred.ca_file else None)
-        if tls is not None:
-            options["tls"] = tls
-        with warnings.catch_warnings():
-            # nats-py hands aiohttp a float timeout, which aiohttp deprecates.
-            warnings.filterwarnings("ignore", "parameter 'timeout'", DeprecationWarning)
-            # With endless reconnects nats-py also retries a first connect forever, refused
-            # credential or not: the refusal arrives through error_cb, and ends the wait.
-            connecting = asyncio.ensure_future(nc.connect(**options))
-            try:
-                while not connecting.done():
-                    await asyncio.wait({connecting}, timeout=0.1)
-                    self._raise_if_refused()
-                connecting.result()
-            except BaseException as exc:
-                connecting.cancel()
-                with contextlib.suppress(BaseException):
-                    await connecting
-                with contextlib.suppress(Exception):
-                    await nc.close()
-                if isinstance(exc, WatchError | asyncio.CancelledError):
-                    raise
-                raise WatchError(f"cannot connect to {cred.nats_url}: {exc}") from exc
+        nc = await connect_monitor(cred, self._errors)
         self._nc = nc
         self._feeds = [
             SiteFeed(
@@ -292,6 +249,64 @@ class Watch:
         ]
         for feed in self._feeds:
             await feed.open()
+
+
+def raise_if_refused(errors: Sequence[Exception]) -> None:
+    """Raise :class:`CredentialRevoked` if the server refused the credential in ``errors``."""
+    for exc in errors:
+        words = str(exc).lower()
+        if "authorization violation" in words or "authentication" in words:
+            raise CredentialRevoked(
+                "nats-server refused the monitoring credential (revoked, or not yet "
+                "applied): get a new one with `lode watch --new-credential` or from the API"
+            )
+
+
+async def connect_monitor(credential: MonitorCredential, errors: list[Exception]) -> Client:
+    """Connect to NATS with ``credential`` (wss://, its inbox prefix), reconnecting forever.
+
+    What the server reports goes into ``errors`` (the 20 latest); a refused credential
+    raises :class:`CredentialRevoked`, any other failure to connect :class:`WatchError`.
+    """
+
+    async def record(exc: Exception) -> None:
+        errors.append(exc)
+        del errors[:-20]
+
+    nc = TolerantClient()
+    options: dict[str, Any] = {
+        "servers": server_urls(credential.nats_url),
+        "nkeys_seed_str": credential.seed,
+        "inbox_prefix": monitor_inbox_prefix(credential.public_key),
+        "name": "lode-watch",
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": record,
+    }
+    tls = client_tls(str(credential.ca_file) if credential.ca_file else None)
+    if tls is not None:
+        options["tls"] = tls
+    with warnings.catch_warnings():
+        # nats-py hands aiohttp a float timeout, which aiohttp deprecates.
+        warnings.filterwarnings("ignore", "parameter 'timeout'", DeprecationWarning)
+        # With endless reconnects nats-py also retries a first connect forever, refused
+        # credential or not: the refusal arrives through error_cb, and ends the wait.
+        connecting = asyncio.ensure_future(nc.connect(**options))
+        try:
+            while not connecting.done():
+                await asyncio.wait({connecting}, timeout=0.1)
+                raise_if_refused(errors)
+            connecting.result()
+        except BaseException as exc:
+            connecting.cancel()
+            with contextlib.suppress(BaseException):
+                await connecting
+            with contextlib.suppress(Exception):
+                await nc.close()
+            if isinstance(exc, WatchError | asyncio.CancelledError):
+                raise
+            raise WatchError(f"cannot connect to {credential.nats_url}: {exc}") from exc
+    return nc
 
 
 def _start(since: Since, site: str, log_end: int | None) -> Start:

@@ -89,7 +89,9 @@ class SiteFeed:
         self._sub: Any = None
         self._inbox = ""
         self._heard = time.monotonic()
-        self.pending = 0  # what the server still holds for this feed after the last message
+        # What the server still holds for this feed: after the last message, or (before any)
+        # from where the consumer started.
+        self.pending = 0
 
     async def open(self) -> None:
         """Create a consumer in a free slot of the key's names, and start pulling."""
@@ -99,7 +101,7 @@ class SiteFeed:
         self._sub = await self._nc.subscribe(self._inbox, pending_msgs_limit=4 * BATCH)
         self._queue = self._sub._pending_queue
         start = self._start if self.last_seq is None else Start(seq=self.last_seq + 1)
-        self._name, floor = await self._create(start)
+        self._name, floor, self.pending = await self._create(start)
         if self.last_seq is None:
             # "now" and a time resolve to a sequence once, here: a restart before the first
             # event must start where this consumer did, not at a later "now".
@@ -193,8 +195,9 @@ class SiteFeed:
         )
         self._asked += want
 
-    async def _create(self, start: Start) -> tuple[str, int]:
-        """A consumer in a free slot: its name and the stream sequence it starts after."""
+    async def _create(self, start: Start) -> tuple[str, int, int]:
+        """A consumer in a free slot: its name, the stream sequence it starts after, and how
+        many events it holds for this feed from there."""
         config = {
             "filter_subject": f"evt.{self.site}.>",
             "ack_policy": "none",
@@ -211,7 +214,8 @@ class SiteFeed:
             answer = await self._api(create_subject(name, self.site), json.dumps(body).encode())
             error = answer.get("error")
             if error is None:
-                return name, int(answer.get("delivered", {}).get("stream_seq", 0))
+                floor = int(answer.get("delivered", {}).get("stream_seq", 0))
+                return name, floor, int(answer.get("num_pending", 0))
             if error.get("err_code") not in _EXISTS:
                 raise WatchError(f"cannot watch site {self.site!r}: {error.get('description')}")
         raise WatchError(

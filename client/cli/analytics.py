@@ -1,159 +1,250 @@
-"""``lode analytics``: questions answered from the recorded log. ``simulate``: what if the
-same run had had other capacity, routing or storage (a discrete-event model calibrated on
-the run; :mod:`lodestream.client.analytics.simulate`)."""
+"""``lode analytics summary|report|export``: figures of a run, replayed from the log
+(``simulate``, the what-if model, lives in :mod:`lodestream.client.cli.analytics_simulate`).
+
+Where the events come from, in order of the options given:
+
+* ``--from-file FILE``: a copy of the log (``lode analytics export``, or ``lode events --json``);
+* ``--control-plane``: ``EVENTS`` over the control plane's NATS connection (operators: the
+  settings of ``lode projector``, from the environment or the embedded stack's state dir);
+* otherwise your sites, read with your monitoring credential as ``lode watch`` reads them.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterator
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Final, TypeVar
 
 import typer
-from rich.table import Table
 
-from lodestream.client.analytics.simulate.calibrate import IOModel
-from lodestream.client.analytics.simulate.errors import SimulationError
-from lodestream.client.analytics.simulate.model import Scenario
-from lodestream.client.analytics.simulate.source import Refusals, from_feed, from_lines
-from lodestream.client.analytics.simulate.whatif import WhatIf, what_if
-from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, print_error
+from lodestream.client.analytics.errors import AnalyticsError, SourceError
+from lodestream.client.analytics.jsonout import summary_json
+from lodestream.client.analytics.load import (
+    export_stream,
+    export_watch,
+    load_file,
+    load_stream,
+    load_watch,
+)
+from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.summary import Loaded, Summary, summarize
+from lodestream.client.cli.analytics_simulate import simulate
+from lodestream.client.cli.analytics_tables import print_summary
+from lodestream.client.cli.common import STATE_DIR_OPTION, console, parse_pairs, print_error
 from lodestream.client.cli.filters import parse_since
-from lodestream.schemas.envelope import Event
-from lodestream.schemas.placement import STRATEGIES
+from lodestream.client.cli.monitoring import (
+    CA_FILE_OPTION,
+    CREDENTIAL_OPTION,
+    NATS_URL_OPTION,
+    check_sites,
+    monitor_access,
+)
+from lodestream.client.errors import CredentialRevoked, LodeClientError
+from lodestream.settings import NatsSettings
 
-analytics_app = typer.Typer(help="Analyse recorded runs.", no_args_is_help=True)
+T = TypeVar("T")
+NEW_KEY_GRACE_S: Final = 15.0  # the control plane applies a new key within a few seconds
+CONNECT_TIMEOUT_S: Final = 10.0
+
+analytics_app = typer.Typer(
+    help="Figures of a recorded run, replayed from the event log, and what-if predictions.",
+    no_args_is_help=True,
+)
+analytics_app.command("simulate")(simulate)
+
+SITE = typer.Option([], "--site", help="Only this site (repeatable).")
+APP = typer.Option([], "--app", help="Only jobs of this app (repeatable).")
+TAG = typer.Option([], "--tag", "-t", help="Only jobs with tag key=value (repeatable).")
+SINCE = typer.Option(
+    None, "--since",
+    help="From this stream sequence (a number), or jobs created since a time (ISO) or "
+    "duration (10m, 2h); default: the whole log.",
+)  # fmt: skip
+UNTIL = typer.Option(None, "--until", help="Jobs created until this time or duration ago.")
+FROM_FILE = typer.Option(None, "--from-file", help="Read a copy of the log (JSONL) instead.")
+CONTROL = typer.Option(
+    False, "--control-plane", help="Read EVENTS with the control plane's NATS settings."
+)
+BIN = typer.Option(None, "--bin", min=0.001, help="Width of the time bins in seconds.")
 
 
-@analytics_app.command("simulate")
-def simulate(
-    from_file: Path | None = typer.Option(
-        None,
-        "--from-file",
-        help="Events as JSON lines (the log's envelopes or `lode events "
-        "--json` rows); without it, your events from the API.",
-        dir_okay=False,
-    ),
-    site: list[str] = typer.Option([], "--site", help="Only jobs at this site (repeatable)."),
-    since: str | None = typer.Option(
-        None, "--since", help="Only jobs created since: a duration (10m) or a time."
-    ),
-    pilots: int | None = typer.Option(None, "--pilots", help="Pilots per site."),
-    nodes: int | None = typer.Option(None, "--nodes", help="Nodes per pilot."),
-    slots: int | None = typer.Option(None, "--slots", help="Slots per node (jobs at once)."),
-    strategy: str | None = typer.Option(
-        None, "--strategy", help=f"Route every job across the sites: {', '.join(STRATEGIES)}."
-    ),
-    bandwidth: float | None = typer.Option(
-        None, "--bandwidth", help="Bandwidth (bytes/s) of the storage tasks read, shared."
-    ),
-    io_fraction: float | None = typer.Option(
-        None, "--io-fraction", help="The fraction of each recorded run that was I/O."
-    ),
-    recorded_bandwidth: float | None = typer.Option(
-        None, "--recorded-bandwidth", help="The bandwidth (bytes/s) the recorded run read at."
-    ),
-    nodes_per_job: int | None = typer.Option(None, "--nodes-per-job", help="Nodes each job."),
-    parallel_fraction: float = typer.Option(
-        1.0, "--parallel-fraction", help="Amdahl: the part of compute that spreads over nodes."
-    ),
-    elastic_max_nodes: int | None = typer.Option(
-        None, "--elastic-max-nodes", help="Replay the elastic queue's decisions with this max."
-    ),
-    elastic_min_nodes: int | None = typer.Option(None, "--elastic-min-nodes"),
-    elastic_max_queued: int | None = typer.Option(None, "--elastic-max-queued-jobs"),
-    as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    state_dir: Path = STATE_DIR_OPTION,
-) -> None:
-    """Predict makespan and throughput of a recorded run under another capacity."""
-    moment = parse_since(since) if since else None
-    elastic = {k: v for k, v in (("max_nodes", elastic_max_nodes), ("min_nodes", elastic_min_nodes),
-               ("max_queued_jobs", elastic_max_queued)) if v is not None}  # fmt: skip
-    refusals = Refusals()
+def _selection(
+    site: list[str], app: list[str], tag: list[str], since: str | None, until: str | None
+) -> Selection:
+    since_seq, moment = None, None
+    if since is not None and since.strip().isdigit():
+        since_seq = int(since)
+    elif since is not None:
+        moment = parse_since(since)
     try:
-        scenario = Scenario(pilots=pilots, nodes=nodes, slots=slots, strategy=strategy,  # type: ignore[arg-type]
-                            bandwidth=bandwidth, nodes_per_job=nodes_per_job,
-                            parallel_fraction=parallel_fraction)  # fmt: skip
-        io = _io_model(io_fraction, recorded_bandwidth)
-        events = _events(from_file, site, state_dir, refusals)
-        result = what_if(events, scenario, since=moment, io=io, scaler_changes=elastic)
-    except SimulationError as exc:
+        return Selection.of(
+            sites=site, apps=app, tags=parse_pairs(tag, "--tag"), since_seq=since_seq,
+            since=moment, until=parse_since(until) if until else None,
+        )  # fmt: skip
+    except AnalyticsError as exc:
+        raise typer.BadParameter(str(exc)) from exc
+
+
+def _control_settings(state_dir: Path) -> NatsSettings:
+    from lodestream.services.embedded.state import apply_stack_environment  # noqa: PLC0415
+    from lodestream.settings import Settings  # noqa: PLC0415
+
+    apply_stack_environment(state_dir, "api")
+    return Settings().nats_settings().model_copy(update={"name": "lode-analytics"})
+
+
+async def _on_control_plane(settings: NatsSettings, work: Callable[..., Awaitable[T]]) -> T:
+    from lodestream.natsconn import connect  # noqa: PLC0415
+
+    try:
+        async with asyncio.timeout(CONNECT_TIMEOUT_S):
+            nc = await connect(settings, max_reconnect_attempts=2)
+    except (TimeoutError, OSError) as exc:
+        raise SourceError(f"cannot connect to NATS at {settings.url}: {exc!r}") from exc
+    try:
+        return await work(nc)
+    finally:
+        await nc.close()
+
+
+async def _with_grace(fresh: bool, work: Callable[[], Awaitable[T]]) -> T:
+    """``work()``, tried again while a credential registered just now is not applied yet."""
+    deadline = time.monotonic() + (NEW_KEY_GRACE_S if fresh else 0.0)
+    while True:
+        try:
+            return await work()
+        except CredentialRevoked:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
+
+
+def _load(
+    selection: Selection,
+    from_file: Path | None,
+    control_plane: bool,
+    credential: tuple[Path | None, str | None, Path | None],
+    state_dir: Path,
+) -> Loaded:
+    if from_file is not None:
+        return load_file(from_file, selection)
+    if control_plane:
+        settings = _control_settings(state_dir)
+        return asyncio.run(_on_control_plane(settings, lambda nc: load_stream(nc, selection)))
+    access = monitor_access(state_dir, *credential)
+    sites = check_sites(sorted(selection.sites), access.sites)
+    return asyncio.run(_with_grace(access.fresh, lambda: load_watch(
+        access.credential, sites, selection, log_end=access.log_end)))  # fmt: skip
+
+
+def _summary(loaded: Loaded, bin_s: float | None) -> Summary:
+    try:
+        return summarize(loaded, bin_s)
+    except AnalyticsError as exc:
         print_error(exc)
         raise typer.Exit(1) from exc
+
+
+def _quiet() -> None:
+    # Refusals are listed in the output itself; a warning per skipped event would bury it.
+    logging.getLogger("lodestream.client.analytics").setLevel(logging.ERROR)
+
+
+@analytics_app.command("summary")
+def summary_command(
+    site: list[str] = SITE,
+    app: list[str] = APP,
+    tag: list[str] = TAG,
+    since: str | None = SINCE,
+    until: str | None = UNTIL,
+    from_file: Path | None = FROM_FILE,
+    control_plane: bool = CONTROL,
+    bin_s: float | None = BIN,
+    as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Throughput, utilization, stage latencies (Table 1), Little's law, failures, overheads."""
+    _quiet()
+    selection = _selection(site, app, tag, since, until)
+    try:
+        loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
+                       state_dir)  # fmt: skip
+    except LodeClientError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+    summary = _summary(loaded, bin_s)
     if as_json:
-        typer.echo(json.dumps({**result.to_json(), "refused_events": refusals.count}))
-        return
-    _print(result, refusals)
-
-
-def _events(
-    from_file: Path | None, sites: list[str], state_dir: Path, refusals: Refusals
-) -> list[Event]:
-    if from_file is not None:
-        with _lines(from_file) as lines:
-            events = [e for e in from_lines(lines, refusals) if _at(e, sites)]
+        typer.echo(json.dumps(summary_json(summary)))
     else:
-        with api_client(state_dir) as client:
-            rows = client.follow_events(0, until_caught_up=True)
-            events = [e for e in from_feed(rows, refusals) if _at(e, sites)]
-    if not events:
-        refused = f" ({refusals.count} refused: {refusals.first})" if refusals.count else ""
-        raise SimulationError(f"no events in the range given{refused}")
-    return events
+        print_summary(console, summary)
 
 
-def _io_model(fraction: float | None, bandwidth: float | None) -> IOModel | None:
-    if fraction is None and bandwidth is None:
-        return None
-    if fraction is None or bandwidth is None:
-        raise SimulationError("an I/O model needs both --io-fraction and --recorded-bandwidth")
-    return IOModel(fraction, bandwidth)
+@analytics_app.command("report")
+def report_command(
+    out: Path = typer.Option(..., "--out", help="Directory for index.html and the plots."),
+    site: list[str] = SITE,
+    app: list[str] = APP,
+    tag: list[str] = TAG,
+    since: str | None = SINCE,
+    until: str | None = UNTIL,
+    from_file: Path | None = FROM_FILE,
+    control_plane: bool = CONTROL,
+    bin_s: float | None = BIN,
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Write an HTML report with plots (needs the analytics extra: matplotlib)."""
+    _quiet()
+    selection = _selection(site, app, tag, since, until)
+    try:
+        from lodestream.client.analytics.report import write_report  # noqa: PLC0415
+
+        loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
+                       state_dir)  # fmt: skip
+        summary = _summary(loaded, bin_s)
+        index = write_report(out, summary, loaded.timelines)
+    except LodeClientError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+    console.print(f"report written: {index}")
 
 
-class _lines:  # noqa: N801 - reads as the context manager it is
-    """The file's lines, or a clear error if it cannot be read."""
-
-    def __init__(self, path: Path) -> None:
-        self._path = path
-
-    def __enter__(self) -> Iterator[bytes]:
-        try:
-            self._file = self._path.open("rb")
-        except OSError as exc:
-            raise SimulationError(f"cannot read {self._path}: {exc.strerror}") from exc
-        return iter(self._file)
-
-    def __exit__(self, *exc: object) -> None:
-        self._file.close()
-
-
-def _at(event: Event, sites: list[str]) -> bool:
-    return not sites or event.site in sites
-
-
-def _print(result: WhatIf, refusals: Refusals) -> None:
-    cal = result.calibration
-    table = Table(title=f"{len(cal.jobs)} jobs; capacity from {cal.capacity_source}")
-    for column in ("", "makespan (s)", "throughput (jobs/s)", "mean wait (s)"):
-        table.add_column(column, justify="right" if column else "left")
-    table.add_row("recorded", f"{cal.makespan_s:.3f}", f"{cal.throughput_per_s:.3f}", "")
-    for name, p in (("replayed at recorded capacity", result.baseline),
-                    ("predicted", result.predicted)):  # fmt: skip
-        table.add_row(name, f"{p.makespan_s:.3f}", f"{p.throughput_per_s:.3f}",
-                      f"{p.mean_wait_s:.3f}")  # fmt: skip
-    console.print(table)
-    for site, change in result.capacity.items():
-        console.print(f"site {site}: {change}", highlight=False)
-    stages = ", ".join(f"{k} {v:.3f}" for k, v in cal.stages.items())
-    console.print(f"stage medians (s): {stages}", highlight=False)
-    if result.unfinished:
-        console.print(f"{result.unfinished} job(s) never finished: not replayed")
-    if refusals.count:
-        console.print(f"{refusals.count} event(s) refused and skipped; first: {refusals.first}")
-    if result.scaler is not None:
-        s = result.scaler
-        console.print(
-            f"elastic queue, {s.decisions} decision(s) replayed: {s.recorded_jobs} batch "
-            f"job(s) / {s.recorded_nodes} node(s) requested → {s.replayed_jobs} / "
-            f"{s.replayed_nodes}; deletions {s.recorded_deletions} → {s.replayed_deletions}",
-            highlight=False,
-        )
+@analytics_app.command("export")
+def export_command(
+    out: Path = typer.Option(..., "--out", help="The JSONL file to write."),
+    site: list[str] = SITE,
+    since: str | None = typer.Option(
+        None, "--since", help="From this stream sequence, or this time (ISO) or duration ago."
+    ),
+    control_plane: bool = CONTROL,
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
+    """Copy the log (your sites, or all with --control-plane) to a file, one event a line."""
+    selection = _selection(site, [], [], since, None)
+    try:
+        if control_plane:
+            settings = _control_settings(state_dir)
+            written = asyncio.run(
+                _on_control_plane(settings, lambda nc: export_stream(nc, selection, out))
+            )
+        else:
+            access = monitor_access(state_dir, credential_file, nats_url, ca_file)
+            sites = check_sites(sorted(selection.sites), access.sites)
+            written = asyncio.run(_with_grace(access.fresh, lambda: export_watch(
+                access.credential, sites, selection, out, log_end=access.log_end)))  # fmt: skip
+    except LodeClientError as exc:
+        print_error(exc)
+        raise typer.Exit(1) from exc
+    console.print(f"{written:,} events written to {out}")

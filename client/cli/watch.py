@@ -9,7 +9,6 @@ credential (:mod:`lodestream.client.credential`), made and registered on first u
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable
@@ -22,9 +21,15 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
-from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, print_error
-from lodestream.client.credential import USER_MONITOR_FILE, ensure_credential
-from lodestream.client.errors import CredentialRevoked, LodeClientError, WatchError, WatchNotice
+from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
+from lodestream.client.cli.monitoring import (
+    CA_FILE_OPTION,
+    CREDENTIAL_OPTION,
+    NATS_URL_OPTION,
+    check_sites,
+    monitor_access,
+)
+from lodestream.client.errors import CredentialRevoked, WatchError, WatchNotice
 from lodestream.client.live import LiveView, SiteLive
 from lodestream.client.watch import Since, Watch, Watched, watch
 
@@ -37,41 +42,20 @@ def watch_command(
     since: str = typer.Option(
         "now", help="'now', a stream sequence (1: everything) or an ISO time with a zone."
     ),
-    credential_file: Path | None = typer.Option(
-        None,
-        "--credential",
-        help="Monitoring credential file (default: .lode/monitor.json, "
-        "then ~/.config/lodestream/monitor.json).",
-    ),
-    nats_url: str | None = typer.Option(None, help="wss:// URL of NATS, to make a credential."),
-    ca_file: Path | None = typer.Option(None, help="CA of the NATS TLS listener."),
+    credential_file: Path | None = CREDENTIAL_OPTION,
+    nats_url: str | None = NATS_URL_OPTION,
+    ca_file: Path | None = CA_FILE_OPTION,
     new_credential: bool = typer.Option(False, help="Make and register a new credential."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Watch your sites live: backlog, running, done per second, recent failures."""
     start = _parse_since(since)
-    defaults = _stack_defaults(state_dir)
-    with api_client(state_dir) as client:
-        path = credential_file or _default_path(state_dir)
-        try:
-            credential, fresh = ensure_credential(
-                client, path, nats_url or defaults.get("websocket_url"),
-                ca_file or (Path(defaults["ca_file"]) if "ca_file" in defaults else None),
-                renew=new_credential,
-            )  # fmt: skip
-            info = client.monitoring_key()
-        except LodeClientError as exc:
-            print_error(exc)
-            raise typer.Exit(1) from exc
-    sites = site or list(info["sites"])
-    unknown = sorted(set(sites) - set(info["sites"]))
-    if unknown:
-        print_error(f"not one of your sites: {', '.join(unknown)} (yours: "
-                    f"{', '.join(info['sites']) or 'none'})")  # fmt: skip
-        raise typer.Exit(2)
+    access = monitor_access(state_dir, credential_file, nats_url, ca_file, renew=new_credential)
+    credential, fresh = access.credential, access.fresh
+    sites = check_sites(site, access.sites)
 
     def make() -> Watch:
-        return watch(credential, sites, since=start, log_end=int(info["log_end"]))
+        return watch(credential, sites, since=start, log_end=access.log_end)
 
     try:
         asyncio.run(_show(make, grace_s=NEW_KEY_GRACE_S if fresh else 0.0))
@@ -159,18 +143,3 @@ def _parse_since(text: str) -> Since:
         raise typer.BadParameter(
             f"--since must be 'now', a sequence (e.g. 1) or an ISO time; got {text!r}"
         ) from exc
-
-
-def _default_path(state_dir: Path) -> Path:
-    # lode up's credential sits beside its client.json; otherwise the user's own.
-    local = state_dir / "monitor.json"
-    return local if (state_dir / "client.json").exists() else USER_MONITOR_FILE
-
-
-def _stack_defaults(state_dir: Path) -> dict[str, str]:
-    path = state_dir / "sites.json"
-    try:
-        stored = json.loads(path.read_text()) if path.exists() else {}
-    except (OSError, ValueError):
-        stored = {}
-    return {k: str(v) for k, v in stored.items()}
