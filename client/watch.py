@@ -49,6 +49,7 @@ from lodestream.natsconn import TolerantClient, client_tls, server_urls
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import DecodeError, SubjectError, Untrusted
+from lodestream.schemas.resources import JobSpec
 from lodestream.schemas.subjects import check_site
 from lodestream.schemas.trust import event_from_message
 
@@ -101,7 +102,11 @@ class Filters:
         if self.jobs is not None and event.aggregate_id not in self.jobs:
             return False
         if self.tags is not None:
-            spec = getattr(event.data, "spec", None)
+            # A job's tags are in its spec: job.created's data is the spec itself, and a
+            # work item (job.ready and the like) carries it as ``spec``.
+            spec = (
+                event.data if isinstance(event.data, JobSpec) else getattr(event.data, "spec", None)
+            )
             tags = getattr(spec, "tags", None)
             if isinstance(tags, Mapping) and all(tags.get(k) == v for k, v in self.tags.items()):
                 tagged.add(event.aggregate_id)  # its later events carry no spec
