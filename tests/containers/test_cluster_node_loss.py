@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -31,7 +32,7 @@ from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.topology import SITE_CONSUMERS
 from tests.chaos.conftest import CHAOS_APP
 from tests.chaos.test_chaos import FINAL, app_known, consumer_exists
-from tests.chaos.verify import check, compare_with_rebuild, final_states, read_log, summary
+from tests.chaos.verify import Log, check, compare_with_rebuild, final_states, read_log, summary
 from tests.chaos.workload import APP, submit_waves, workload
 from tests.containers.stall import StallProbe
 from tests.fixtures.containers import ContainerCluster, PostgresContainer
@@ -51,6 +52,7 @@ pytestmark = [
         reason="set LODE_CLUSTER_FAULTS=1 (make cluster-faults): not yet reliable, see the module",
     ),
 ]
+FINAL_EVENT_TYPES = frozenset({"job.finished", "job.failed", "job.killed"})
 SITE, OWNER = "alpha", "ada"
 PLAN = ChaosPlan(jobs=200, run_s=(0.1, 0.3), pilots=1)
 WAVES = 10
@@ -104,6 +106,8 @@ async def test_losing_the_events_leader_loses_no_job_and_runs_none_twice(
         await asyncio.to_thread(host.stop, "projector")
         problems += await check(log, dsn, ids, waves, site.data_dir)
         problems += await compare_with_rebuild(js, dsn, timeout_s=60)
+        if problems:
+            keep_evidence(log, ids, states, logs)
         after = (await js.stream_info(EVENTS_STREAM)).cluster
         print(summary(log, ids, waves, site.data_dir, rounds=1))
         print(
@@ -119,6 +123,23 @@ async def test_losing_the_events_leader_loses_no_job_and_runs_none_twice(
         await asyncio.to_thread(host.stop)
         await nc.close()
     assert not problems, "\n".join(problems)
+
+
+def keep_evidence(log: Log, ids: list[uuid.UUID], states: Counter[str], logs: Path) -> None:
+    """Keep every service log and the event history of each job not final, outside tmp_path."""
+    kept = Path(tempfile.mkdtemp(prefix="lode-node-loss-"))
+    shutil.copytree(logs, kept / "logs")
+    stuck = [job for job in ids if not any(e.event.type in FINAL_EVENT_TYPES
+                                           for e in log.jobs.get(job, []))]  # fmt: skip
+    with (kept / "stuck.txt").open("w") as out:
+        for job in stuck:
+            out.write(f"job {job}\n{log.history(job)}\n")
+            parents = {
+                p for e in log.jobs.get(job, []) for p in getattr(e.event.data, "parent_ids", ())
+            }
+            for parent in sorted(parents):
+                out.write(f" parent {parent}\n{log.history(parent)}\n")
+    print(f"evidence kept in {kept} ({len(stuck)} jobs not final; states {dict(states)})")
 
 
 @dataclass
