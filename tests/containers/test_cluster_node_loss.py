@@ -110,6 +110,7 @@ async def test_losing_the_events_leader_loses_no_job_and_runs_none_twice(
             keep_evidence(log, ids, states, logs)
         after = (await js.stream_info(EVENTS_STREAM)).cluster
         print(summary(log, ids, waves, site.data_dir, rounds=1))
+        print(controller_retries(host))
         print(
             f"states {dict(states)}; killed {leader} (the EVENTS leader), new leader "
             f"{after.leader if after else None}; appends stalled "
@@ -123,6 +124,14 @@ async def test_losing_the_events_leader_loses_no_job_and_runs_none_twice(
         await asyncio.to_thread(host.stop)
         await nc.close()
     assert not problems, "\n".join(problems)
+
+
+def controller_retries(host: HostSide) -> str:
+    """The controller's batches left for redelivery (NATS or Postgres away), as it logged them."""
+    path = host.children["controller"].log_path
+    lines = [line for line in path.read_text(errors="replace").splitlines() if "retry" in line]
+    shown = "\n".join(f"  {line}" for line in lines[:20])
+    return f"controller: {len(lines)} batches left for redelivery\n{shown}"
 
 
 def keep_evidence(log: Log, ids: list[uuid.UUID], states: Counter[str], logs: Path) -> None:
