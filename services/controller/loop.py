@@ -25,7 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from lodestream.eventlog import Appended, EventLog, EventLogError, Rejected
+from lodestream.eventlog import Appended, ConflictError, EventLog, EventLogError
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from lodestream.eventlog.pull import CONNECTION_ERRORS, BatchHandler, PullLoop, pull_consumer
 from lodestream.schemas.envelope import Event
@@ -450,16 +450,30 @@ class Controller:
     # --- appending ------------------------------------------------------------------------
 
     async def _append(self, appends: list[Append]) -> int:
-        """Append all; return how many lost their compare-and-set (the aggregate moved on)."""
+        """Append all; return how many lost their compare-and-set (the aggregate moved on).
+
+        Any other refusal raises (the first one, once every outcome is counted): JetStream did
+        not take that append (no responders or no leader while a cluster elects one), so the
+        message that caused it must stay unacked and be decided again. Only a lost CAS means
+        "nothing to do": another writer moved the aggregate on, or an earlier try of this very
+        append landed and ``append_many`` could not tell (its lookup failed).
+        """
         if not appends:
             return 0
         results = await self._log.append_many([(a.event, a.expect) for a in appends])
         lost = 0
+        not_taken: EventLogError | None = None
         for result in results:
             if isinstance(result, Appended):
                 self.appended += 0 if result.duplicate else 1
-            elif isinstance(result, Rejected):
+            elif isinstance(result.error, ConflictError):
                 lost += 1
                 log.debug("controller: %s", result.error)
+            else:
+                not_taken = not_taken or result.error
         self.conflicts += lost
+        if not_taken is not None:
+            # What did land is recognised on redelivery: same event ids, same expected
+            # sequences, and append_many reports a retried CAS append that landed as duplicate.
+            raise not_taken
         return lost

@@ -15,6 +15,7 @@ import contextlib
 import os
 import shutil
 import sys
+import tempfile
 import time
 import uuid
 from collections import Counter
@@ -31,7 +32,7 @@ from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.topology import SITE_CONSUMERS
 from tests.chaos.conftest import CHAOS_APP
 from tests.chaos.test_chaos import FINAL, app_known, consumer_exists
-from tests.chaos.verify import check, compare_with_rebuild, final_states, read_log, summary
+from tests.chaos.verify import Log, check, compare_with_rebuild, final_states, read_log, summary
 from tests.chaos.workload import APP, submit_waves, workload
 from tests.containers.stall import StallProbe
 from tests.fixtures.containers import ContainerCluster, PostgresContainer
@@ -41,8 +42,11 @@ from tests.support.processes import TEST_HEARTBEAT_TTL_S, service_env
 from tests.support.projection import wait_for_position
 from tests.support.site import make_site_dir
 
-# Not yet part of `make test` (CI): 1 run in 3 left two chained children in AWAITING_PARENTS
-# after their parents finished (a DAG release lost across the leader election; issue 16).
+# Not yet part of `make test` (CI). 1 run in 3 left chained children in AWAITING_PARENTS (or
+# CREATED): the controller acked a cause whose append was answered "no responders" during the
+# election (issue 16, fixed; tests/integration/test_controller_lost_append.py). Still seen: a
+# pilot opening its session during the election can exit "session refused" (its retries
+# outlast the heartbeat TTL, and the controller expires the session before it is opened).
 # `make cluster-faults` runs it.
 pytestmark = [
     pytest.mark.slow,
@@ -51,6 +55,7 @@ pytestmark = [
         reason="set LODE_CLUSTER_FAULTS=1 (make cluster-faults): not yet reliable, see the module",
     ),
 ]
+FINAL_EVENT_TYPES = frozenset({"job.finished", "job.failed", "job.killed"})
 SITE, OWNER = "alpha", "ada"
 PLAN = ChaosPlan(jobs=200, run_s=(0.1, 0.3), pilots=1)
 WAVES = 10
@@ -104,8 +109,11 @@ async def test_losing_the_events_leader_loses_no_job_and_runs_none_twice(
         await asyncio.to_thread(host.stop, "projector")
         problems += await check(log, dsn, ids, waves, site.data_dir)
         problems += await compare_with_rebuild(js, dsn, timeout_s=60)
+        if problems:
+            keep_evidence(log, ids, states, logs)
         after = (await js.stream_info(EVENTS_STREAM)).cluster
         print(summary(log, ids, waves, site.data_dir, rounds=1))
+        print(controller_retries(host))
         print(
             f"states {dict(states)}; killed {leader} (the EVENTS leader), new leader "
             f"{after.leader if after else None}; appends stalled "
@@ -119,6 +127,31 @@ async def test_losing_the_events_leader_loses_no_job_and_runs_none_twice(
         await asyncio.to_thread(host.stop)
         await nc.close()
     assert not problems, "\n".join(problems)
+
+
+def controller_retries(host: HostSide) -> str:
+    """The controller's batches left for redelivery (NATS or Postgres away), as it logged them."""
+    path = host.children["controller"].log_path
+    lines = [line for line in path.read_text(errors="replace").splitlines() if "retry" in line]
+    shown = "\n".join(f"  {line}" for line in lines[:20])
+    return f"controller: {len(lines)} batches left for redelivery\n{shown}"
+
+
+def keep_evidence(log: Log, ids: list[uuid.UUID], states: Counter[str], logs: Path) -> None:
+    """Keep every service log and the event history of each job not final, outside tmp_path."""
+    kept = Path(tempfile.mkdtemp(prefix="lode-node-loss-"))
+    shutil.copytree(logs, kept / "logs")
+    stuck = [job for job in ids if not any(e.event.type in FINAL_EVENT_TYPES
+                                           for e in log.jobs.get(job, []))]  # fmt: skip
+    with (kept / "stuck.txt").open("w") as out:
+        for job in stuck:
+            out.write(f"job {job}\n{log.history(job)}\n")
+            parents = {
+                p for e in log.jobs.get(job, []) for p in getattr(e.event.data, "parent_ids", ())
+            }
+            for parent in sorted(parents):
+                out.write(f" parent {parent}\n{log.history(parent)}\n")
+    print(f"evidence kept in {kept} ({len(stuck)} jobs not final; states {dict(states)})")
 
 
 @dataclass
