@@ -6,9 +6,14 @@ PilotRefused      a setting names what this machine lacks (no MPI launcher for m
 TagFilterError    a ``--tag key=value`` of the pilot's filter is malformed, or breaks the rules
                   of job tags: ``lode launcher`` stops with the reason before connecting
 ProtocolError     a message between the ranks of an mpi4py pilot is not one of ours
+ExpiredBeforeOpened  the controller expired the pilot's session before its ``session.opened``
+                  landed (its heartbeat lapsed while the open was retried): the pilot opens
+                  a new session
 """
 
 from __future__ import annotations
+
+import uuid
 
 
 class PilotRefused(Exception):
@@ -21,3 +26,11 @@ class TagFilterError(ValueError):
 
 class ProtocolError(ValueError):
     """A message between an mpi4py pilot's ranks that is none of the protocol's."""
+
+
+class ExpiredBeforeOpened(Exception):
+    """The session's first event on the log is the controller's ``session.expired``."""
+
+    def __init__(self, session_id: uuid.UUID) -> None:
+        super().__init__(f"session {session_id} was expired before it was opened")
+        self.session_id = session_id

@@ -37,7 +37,7 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -57,6 +57,7 @@ from lodestream.agents.launcher.decide import (
     SiteShape,
 )
 from lodestream.agents.launcher.diffusion import Diffusion, count
+from lodestream.agents.launcher.errors import ExpiredBeforeOpened
 from lodestream.agents.launcher.jobs import make_workdir, run_end, task_spec
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
@@ -223,20 +224,40 @@ class Launcher:
             await self.session.open(socket.gethostname(), self._mode, nodes)
             return True
 
+        while True:
+            try:
+                opened = await self._beating(
+                    retry_until(
+                        f"session {self.session.id}: open",
+                        attempt,
+                        retryable=_operational,
+                        stop=stop,
+                        deadline=self.session.deadline,
+                    )
+                )
+            except ExpiredBeforeOpened as exc:  # it held nothing: a new session loses nothing
+                self.session.renew()
+                log.warning("launcher: %s (its heartbeat lapsed while the open was retried); "
+                            "opening session %s", exc, self.session.id)  # fmt: skip
+                continue
+            except ConflictError:  # a fresh random id already in use: nothing to retry
+                log.exception("launcher: cannot open session %s", self.session.id)
+                return "session refused"
+            if opened is None:
+                return "stopped" if stop.is_set() else "wall time reached"
+            return None
+
+    async def _beating(self, opening: Awaitable[bool | None]) -> bool | None:
+        """Await the open with heartbeats going on: the pauses between its tries grow past
+        the TTL (a leader election), and a heartbeat that stops then gets the session expired
+        by the controller before it is even opened."""
+        beat_stop = asyncio.Event()
+        beats = asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop))
         try:
-            opened = await retry_until(
-                f"session {self.session.id}: open",
-                attempt,
-                retryable=_operational,
-                stop=stop,
-                deadline=self.session.deadline,
-            )
-        except ConflictError:  # a fresh random id already in use: nothing to retry
-            log.exception("launcher: cannot open session %s", self.session.id)
-            return "session refused"
-        if opened is None:
-            return "stopped" if stop.is_set() else "wall time reached"
-        return None
+            return await opening
+        finally:
+            beat_stop.set()
+            await asyncio.gather(beats, return_exceptions=True)
 
     def reconnected(self) -> None:
         """NATS is back: beat at once, and learn what we missed while we could not hear."""

@@ -132,7 +132,7 @@ def _diffusion(
     return build(
         cache_root=settings.site_path(cfg.cache_dir) / str(session.id),
         capacity=cfg.cache_bytes, nodes=[n.hostname for n in plan.nodes],
-        peers=PeerCaches(settings.site, session.id, cfg.heartbeat_ttl_s),
+        peers=PeerCaches(settings.site, lambda: session.id, cfg.heartbeat_ttl_s),
         apps={name: to_app_model(cls, settings.site) for name, cls in apps.items()},
         data_dir=settings.data_dir, max_deliveries=cfg.cache_defer_deliveries,
     )  # fmt: skip

@@ -26,11 +26,13 @@ class PeerCaches:
     def __init__(
         self,
         site: str,
-        own: uuid.UUID,
+        own: Callable[[], uuid.UUID],
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._site = site
+        # Asked at each heartbeat, not kept: a session expired before it opened is renewed
+        # under a new id (LauncherSession.renew), whose beats are ours too.
         self._own = own
         self._ttl_s = ttl_s
         self._clock = clock
@@ -44,7 +46,7 @@ class PeerCaches:
             self.refused += 1
             log.debug("launcher: heartbeat on %s ignored: %s", subject, exc)
             return
-        if message.site != self._site or message.session_id == self._own:
+        if message.site != self._site or message.session_id == self._own():
             return
         if not isinstance(message, HeartbeatBeat):  # the server expired that session
             self._peers.pop(message.session_id, None)

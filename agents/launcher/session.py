@@ -15,6 +15,13 @@ doubt*: from then on, every beat first asks the log whether the controller
 appended ``session.expired`` (a direct get of the session's newest event, by
 subject). The session is ``lost`` only once it did: the server expired it, and
 every append chained on its leases is refused.
+
+The pilot beats while it retries ``session.opened`` too (``Launcher._open``): the
+pauses between tries grow past the TTL during a leader election, and the controller
+expires a heartbeat that stops even before the session is opened. If it did anyway
+(heartbeats refused as well), the open is refused (:class:`ExpiredBeforeOpened`) and
+the pilot renews the session under a new id (:meth:`LauncherSession.renew`): it held
+nothing.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from datetime import UTC, datetime, timedelta
 import orjson
 from nats.js import JetStreamContext
 
+from lodestream.agents.launcher.errors import ExpiredBeforeOpened
 from lodestream.agents.launcher.reads import newest_event
 from lodestream.agents.launcher.work import NotWork
-from lodestream.eventlog import EventLog
+from lodestream.eventlog import ConflictError, EventLog
 from lodestream.schemas.events import Heartbeat, SessionClosed, SessionOpened
 from lodestream.schemas.events.session import SessionClosedData, SessionOpenedData
 from lodestream.schemas.ids import uuid7
@@ -102,9 +110,33 @@ class LauncherSession:
                                    batch_job_id=self.batch_job_id),
             event_id=uuid.uuid5(self.id, "opened"),
         )  # fmt: skip
+        if self._lost:  # heartbeat_forever saw the controller's session.expired on the log
+            raise ExpiredBeforeOpened(self.id)
         # Heartbeat first: a session that leases work must already be expirable.
         await self.beat(0, 0, 0)
-        self._seq = (await self._log.append(opened, expect=0)).seq
+        try:
+            self._seq = (await self._log.append(opened, expect=0)).seq
+        except ConflictError as exc:
+            # EventLog already took an earlier try of ours that landed for success (same
+            # event id on the subject). What else can precede our first event: the
+            # controller's session.expired, appended without CAS when a heartbeat of ours
+            # expired while the open was being retried. Then this id is spent for good.
+            if await self._expired_by_controller():
+                raise ExpiredBeforeOpened(self.id) from exc
+            raise
+
+    def renew(self) -> None:
+        """Become a new session, after this one was expired before it was opened.
+
+        Safe only then: an unopened session leased nothing, so nothing is fenced or lost;
+        the new id gets its own heartbeat, ``session.opened`` and leases.
+        """
+        if self._seq:
+            raise RuntimeError(f"session {self.id} is open: it cannot be renewed")
+        self.id = uuid7()
+        self._last_ok = time.monotonic()
+        self._in_doubt = False
+        self._lost = False
 
     async def beat(self, running: int, leased: int, free_cores: int) -> None:
         if self._lost:

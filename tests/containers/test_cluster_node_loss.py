@@ -44,10 +44,12 @@ from tests.support.site import make_site_dir
 
 # Not yet part of `make test` (CI). 1 run in 3 left chained children in AWAITING_PARENTS (or
 # CREATED): the controller acked a cause whose append was answered "no responders" during the
-# election (issue 16, fixed; tests/integration/test_controller_lost_append.py). Still seen: a
-# pilot opening its session during the election can exit "session refused" (its retries
-# outlast the heartbeat TTL, and the controller expires the session before it is opened).
-# `make cluster-faults` runs it.
+# election (issue 16, fixed; tests/integration/test_controller_lost_append.py). A pilot that
+# opened its session during the election could exit "session refused": its retry pauses
+# outlasted the heartbeat TTL and the controller expired the session before it was opened
+# (fixed: it beats while it retries, and renews a session expired before it opened;
+# tests/integration/test_launcher_open_election.py). Whether the pilot opens before or
+# during the election is down to timing here. `make cluster-faults` runs it.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(

@@ -44,7 +44,7 @@ def beat(site: str, session: uuid.UUID, cached: tuple[str, ...]) -> tuple[str, b
 def test_peers_are_known_from_their_latest_heartbeat_until_a_ttl_passes() -> None:
     own, peer, other = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     clock = Clock()
-    peers = PeerCaches("alpha", own, ttl_s=10, clock=clock)
+    peers = PeerCaches("alpha", lambda: own, ttl_s=10, clock=clock)
     a, b = "a" * 16, "b" * 16
     peers.heard(*_split(beat("alpha", peer, (a,))))
     peers.heard(*_split(beat("alpha", own, (a, b))))  # our own: not a peer
@@ -59,7 +59,7 @@ def test_peers_are_known_from_their_latest_heartbeat_until_a_ttl_passes() -> Non
 
 def test_what_fails_the_shared_rule_is_ignored_and_counted() -> None:
     own, peer = uuid.uuid4(), uuid.uuid4()
-    peers = PeerCaches("alpha", own, ttl_s=10)
+    peers = PeerCaches("alpha", lambda: own, ttl_s=10)
     subject, data = beat("alpha", peer, ("a" * 16,))
     peers.heard(f"hb.alpha.{uuid.uuid4()}", None, data)  # body names another session
     peers.heard(subject, None, b"not json")
