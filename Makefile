@@ -110,8 +110,10 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse
-bench: bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
+	bench-analytics bench-simulate bench-decode bench-acks
+bench: bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
+	bench-analytics bench-simulate bench-decode bench-acks ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
 
 bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
@@ -130,6 +132,18 @@ bench-watch: $(STAMP) ## Live watch: appended → delivered at 1,000/s, replay f
 
 bench-sse: $(STAMP) ## 50 SSE clients on the push feed vs none: the projector's rate (SSE_ARGS=--clients 50)
 	$(BIN)/python -m bench.sse $(SSE_ARGS)
+
+bench-analytics: $(STAMP) ## Analytics replayed from a stream of 1,000,000 events (ANALYTICS_ARGS=--events 100000)
+	$(BIN)/python -m bench.analytics $(ANALYTICS_ARGS)
+
+bench-simulate: $(STAMP) ## The what-if model: 100,000 jobs per scenario (SIMULATE_ARGS=--repeat 3)
+	$(BIN)/python -m bench.simulate $(SIMULATE_ARGS)
+
+bench-decode: $(STAMP) ## µs per event: the shared rule, the union and per-class decodes (DECODE_ARGS=--rounds 1000)
+	$(BIN)/python -m bench.decode $(DECODE_ARGS)
+
+bench-acks: $(STAMP) ## What an ack costs: per message against once per batch
+	$(BIN)/python -m bench.acks $(ACKS_ARGS)
 
 CHAOS_JOBS ?= 500
 CHAOS_ROUNDS ?= 3
