@@ -110,10 +110,11 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-.PHONY: bench bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
+BENCHES := bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
 	bench-analytics bench-simulate bench-decode bench-acks
-bench: bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
-	bench-analytics bench-simulate bench-decode bench-acks ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+
+.PHONY: bench $(BENCHES)
+bench: $(BENCHES) ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
 
 bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
