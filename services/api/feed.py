@@ -26,9 +26,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
-import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import NotFoundError
 
 from lodestream.eventlog.pull import PullConsumer
 from lodestream.schemas.subjects import EVENTS_STREAM
@@ -36,6 +34,7 @@ from lodestream.services.api.feedbox import Outbox
 from lodestream.services.api.feedfilter import FeedFilter
 from lodestream.services.api.feedframes import (
     OPENING,
+    accepted_frames,
     heartbeat_frame,
     interrupted_frame,
     lagged_frame,
@@ -46,6 +45,7 @@ from lodestream.services.api.feedhub import (
     FeedHub,
     FeedHubs,
     consumer_config,
+    release_consumer,
 )
 from lodestream.settings import StreamSettings
 
@@ -76,11 +76,6 @@ class LiveFeed:
         self._lagged = False
         self._interrupted = False
         self._closed = False
-
-    @property
-    def shared(self) -> bool:
-        """Whether a hub feeds it now (rather than a consumer of its own)."""
-        return self._hub is not None
 
     async def open(self, log_end: int) -> None:
         """Start feeding: from its filter's hub if that holds what it needs (or if it starts
@@ -164,12 +159,7 @@ class LiveFeed:
             self._interrupted = True
             self.outbox.wake()
         finally:
-            with contextlib.suppress(nats.errors.Error, NotFoundError, TimeoutError):
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    if sub is not None:
-                        await sub.stop()
-                    if name is not None:
-                        await self._js.delete_consumer(EVENTS_STREAM, name)
+            await release_consumer(self._js, sub, name)
 
     async def _wait_for_room(self) -> None:
         self.outbox.taken.clear()
@@ -189,18 +179,11 @@ class LiveFeed:
             msgs = await sub.fetch(want, timeout=self._settings.heartbeat_s)
         except TimeoutError:
             msgs = []
-        cache = self._hubs.cache
-        frames: list[bytes] = []
-        newest = 0
-        for msg in msgs:
-            seq = int(msg.metadata.sequence.stream)
-            self.position = seq
-            found = cache.get(seq, msg.subject, msg.data)
-            if found is not None and self._filter.accepts(found[0]):
-                frames.append(found[1])
-                newest = seq
-        if frames:
-            self.outbox.put(b"".join(frames), len(frames), newest)
+        framed, seen = accepted_frames(self._hubs.cache, self._filter, msgs)
+        if seen is not None:
+            self.position = seen
+        if framed:
+            self.outbox.put(b"".join(f for _, f in framed), len(framed), framed[-1][0])
         elif self.outbox.empty():
             self.outbox.put(heartbeat_frame(self.position), 1, self.position)
         return not msgs or msgs[-1].metadata.num_pending == 0

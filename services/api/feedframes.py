@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import logging
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Final
 
 import orjson
+from nats.aio.msg import Msg
 
 from lodestream.schemas.codec import to_document
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.trust import event_from_message
+from lodestream.services.api.feedfilter import FeedFilter
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +53,21 @@ class FrameCache:
         if len(self._frames) > self._size:
             self._frames.popitem(last=False)
         return found
+
+
+def accepted_frames(
+    cache: FrameCache, chosen: FeedFilter, msgs: Sequence[Msg]
+) -> tuple[list[tuple[int, bytes]], int | None]:
+    """The frames of ``msgs`` that pass the shared rule and ``chosen``, as (seq, frame), and
+    the sequence of the last message read (None when there was none)."""
+    framed: list[tuple[int, bytes]] = []
+    seq: int | None = None
+    for msg in msgs:
+        seq = int(msg.metadata.sequence.stream)
+        found = cache.get(seq, msg.subject, msg.data)
+        if found is not None and chosen.accepts(found[0]):
+            framed.append((seq, found[1]))
+    return framed, seq
 
 
 def event_frame(seq: int, document: dict[str, object]) -> bytes:

@@ -34,7 +34,7 @@ from lodestream.eventlog.pull import PullConsumer
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.api.feedbox import Outbox
 from lodestream.services.api.feedfilter import FeedFilter
-from lodestream.services.api.feedframes import FrameCache, heartbeat_frame
+from lodestream.services.api.feedframes import FrameCache, accepted_frames, heartbeat_frame
 from lodestream.settings import StreamSettings
 
 log = logging.getLogger(__name__)
@@ -74,6 +74,19 @@ def consumer_config(chosen: FeedFilter, after_seq: int, settings: StreamSettings
         num_replicas=1,
         max_waiting=1,
     )
+
+
+async def release_consumer(
+    js: JetStreamContext, sub: PullConsumer | None, name: str | None
+) -> None:
+    """Stop reading and delete the consumer; a NATS that is gone leaves it to
+    ``inactive_threshold``, and never turns a client's departure into an error."""
+    with contextlib.suppress(nats.errors.Error, NotFoundError, TimeoutError):
+        async with asyncio.timeout(CLOSE_TIMEOUT_S):
+            if sub is not None:
+                await sub.stop()
+            if name is not None:
+                await js.delete_consumer(EVENTS_STREAM, name)
 
 
 class FeedHub:
@@ -118,8 +131,7 @@ class FeedHub:
         try:
             sub = await PullConsumer.on(self._js, EVENTS_STREAM, name).start()
         except BaseException:
-            with contextlib.suppress(nats.errors.Error, NotFoundError, TimeoutError):
-                await self._js.delete_consumer(EVENTS_STREAM, name)
+            await release_consumer(self._js, None, name)
             raise
         self._pump = asyncio.create_task(self._run(sub, name), name=f"feed-hub-{name}")
 
@@ -189,23 +201,16 @@ class FeedHub:
             log.exception("push feed hub %s stopped", name)
             self._end()
         finally:
-            with contextlib.suppress(nats.errors.Error, NotFoundError, TimeoutError):
-                async with asyncio.timeout(CLOSE_TIMEOUT_S):
-                    await sub.stop()
-                    await self._js.delete_consumer(EVENTS_STREAM, name)
+            await release_consumer(self._js, sub, name)
 
     async def _fill(self, sub: PullConsumer) -> None:
         try:
             msgs = await sub.fetch(MAX_FETCH, timeout=self._settings.heartbeat_s)
         except TimeoutError:
             msgs = []
-        framed: list[tuple[int, bytes]] = []
-        for msg in msgs:
-            seq = int(msg.metadata.sequence.stream)
-            self._seen_seq = seq
-            found = self._cache.get(seq, msg.subject, msg.data)
-            if found is not None and self.filter.accepts(found[0]):
-                framed.append((seq, found[1]))
+        framed, seen = accepted_frames(self._cache, self.filter, msgs)
+        if seen is not None:
+            self._seen_seq = seen
         if framed:
             chunk = Chunk(tuple(framed), b"".join(f for _, f in framed), framed[-1][0])
         else:
