@@ -20,6 +20,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import EventLog
+from lodestream.schemas.codec import encode
 from lodestream.schemas.events.app import AppRegistered
 from lodestream.schemas.ids import uuid7
 from lodestream.schemas.resources import App
@@ -355,3 +356,27 @@ async def test_a_stalled_client_does_not_hold_up_the_others_of_its_hub(
         stalled.close()
     assert "event: lagged" in received, "the stalled one was handed back, then told it lagged"
     await wait_for_consumers(api.js, before)
+
+
+async def test_garbled_and_forged_events_are_skipped_counted_and_the_feed_goes_on(
+    api: ApiHarness, base_url: str
+) -> None:
+    await api.register_site("ada", "alpha")
+    ada = api.user("ada")
+    before = await consumers(api.js)
+    reader = asyncio.create_task(read_events(base_url, ada, 1))
+    await wait_for_consumers(api.js, before + 1)
+    await asyncio.sleep(0.3)  # the reader has joined its hub
+    cache = api.app.state.feed_hubs.cache
+    refused_before = cache.refused
+    job = uuid7()
+    await api.js.publish(f"evt.alpha.job.{job}.created", b"{not json")
+    # Well-formed, but about another site than its subject says.
+    app = App(site="beta", name="x")
+    forged = AppRegistered.create(site="beta", aggregate_id=job, actor="site:beta", data=app)
+    await api.js.publish(f"evt.alpha.app.{job}.registered", encode(forged))
+    await append_apps(api, 1)
+    (event,) = await reader
+    assert event["type"] == "app.registered"
+    assert event["site"] == "alpha"
+    assert cache.refused == refused_before + 2
