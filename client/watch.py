@@ -2,11 +2,16 @@
 
 ::
 
-    async for item in watch(credential, sites=["alpha"], since=1):
-        print(item.seq, item.event.type)
+    async with watch(credential, sites=["alpha"], since=1) as w:
+        async for item in w:
+            print(item.seq, item.event.type)
 
     for item in watch_sync(credential, sites=["alpha"], since="now"):   # the same, blocking
         ...
+
+``async with`` closes the connection as soon as the block is left, ``break`` included; a
+bare ``async for`` over :func:`watch` closes it only when the iterator is collected, which
+may be after its event loop has gone.
 
 The connection is wss:// with the user's monitoring credential
 (:mod:`lodestream.client.credential`), whose nats-server permissions allow reading
@@ -156,6 +161,8 @@ class Watch:
         return {f.site: f.pending for f in self._feeds}
 
     async def __aenter__(self) -> Watch:
+        if self._nc is not None:  # already open: entered twice, or iterated first
+            return self
         try:
             await self._connect()
         except BaseException:
@@ -175,10 +182,12 @@ class Watch:
         nc, self._nc = self._nc, None
         if nc is None:
             return
-        for feed in self._feeds:
-            await feed.close()
-        with contextlib.suppress(Exception):
-            await nc.close()
+        try:
+            for feed in self._feeds:
+                await feed.close()
+        finally:
+            with contextlib.suppress(Exception):
+                await nc.close()
 
     async def _events(self) -> AsyncIterator[Watched]:
         try:
@@ -373,22 +382,35 @@ def watch_sync(
     w = watch(credential, sites, **options)
     items: queue.Queue[Watched | BaseException | None] = queue.Queue(maxsize=4096)
     stop = threading.Event()
+    running: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[Any]]] = []
+
+    def hand(item: Watched | BaseException | None) -> bool:
+        """Queue ``item`` for the caller; False once the caller has stopped."""
+        while not stop.is_set():
+            try:
+                items.put(item, timeout=0.2)
+            except queue.Full:
+                continue
+            return True
+        return False
 
     async def pump() -> None:
-        try:
-            async for item in w:
-                while not stop.is_set():
-                    try:
-                        items.put(item, timeout=0.2)
-                        break
-                    except queue.Full:
-                        await asyncio.sleep(0)
-                if stop.is_set():
-                    return
-        except BaseException as exc:  # handed to the caller's thread
-            items.put(exc)
+        task = asyncio.current_task()
+        assert task is not None
+        running.append((asyncio.get_running_loop(), task))
+        if stop.is_set():  # the caller left before this thread began
             return
-        items.put(None)
+        try:
+            async with w:
+                async for item in w:
+                    if not hand(item):
+                        return
+        except asyncio.CancelledError:  # the caller left while the watch waited
+            return
+        except BaseException as exc:  # handed to the caller's thread
+            hand(exc)
+            return
+        hand(None)
 
     thread = threading.Thread(target=lambda: asyncio.run(pump()), name="lode-watch", daemon=True)
     thread.start()
@@ -401,8 +423,10 @@ def watch_sync(
                 raise got
             yield got
     finally:
+        # The watch may be waiting for an event that never comes: cancel it, so that it
+        # closes its connection and the thread ends now.
         stop.set()
-        with contextlib.suppress(queue.Empty):
-            while True:
-                items.get_nowait()
+        for loop, task in running:
+            with contextlib.suppress(RuntimeError):  # that loop has already ended
+                loop.call_soon_threadsafe(task.cancel)
         thread.join(timeout=10)

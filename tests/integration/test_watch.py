@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import threading
 import warnings
 from datetime import UTC, datetime, timedelta
 
@@ -29,10 +30,11 @@ pytestmark = pytest.mark.filterwarnings("ignore::lodestream.client.errors.WatchN
 async def take(w: Watch, count: int, timeout_s: float = 20.0) -> list[Watched]:
     got: list[Watched] = []
     async with asyncio.timeout(timeout_s):
-        async for item in w:
-            got.append(item)
-            if len(got) == count:
-                break
+        async with w:
+            async for item in w:
+                got.append(item)
+                if len(got) == count:
+                    break
     return got
 
 
@@ -131,6 +133,8 @@ def test_sync_wrapper(secure_nats: SecureNats) -> None:
         if len(got) == len(seqs):
             break
     assert got == seqs
+    # Leaving the loop while the watch waits for more ends its thread and its connection.
+    assert not [t for t in threading.enumerate() if t.name == "lode-watch" and t.is_alive()]
 
 
 async def test_filters(secure_nats: SecureNats, secure_js: JetStreamContext) -> None:
