@@ -154,8 +154,12 @@ chaos: $(STAMP) ## Chaos under load: every component SIGKILLed in turn (CHAOS_JO
 	LODE_CHAOS_JOBS=$(CHAOS_JOBS) LODE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(BIN)/pytest -q -s tests/chaos $(PYTEST_ARGS)
 
 .PHONY: cluster-faults
-cluster-faults: $(STAMP) ## The 3-node cluster in containers loses its EVENTS leader mid-run (root, make docker-deps)
+cluster-faults: $(STAMP) ## The 3-node cluster in containers: a node killed, a node partitioned, Postgres restarted (root)
 	LODE_CLUSTER_FAULTS=1 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
+
+.PHONY: cluster-test
+cluster-test: $(STAMP) ## The container fault tests at full size: 2,000 jobs through a partition and a Postgres restart (root)
+	LODE_CLUSTER_FAULTS=1 LODE_CLUSTER_JOBS=2000 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove caches (keeps the venv and the state dir)

@@ -19,16 +19,24 @@ from lodestream.eventlog import AppendError, ConflictError, EventLog
 from lodestream.schemas.envelope import Event
 
 RETRY = Backoff(first_s=0.25, cap_s=5.0)
+# A clustered stream answers a retry whose first try is still being replicated with
+# "duplicate message id is in process" (409): the first try may yet land, so this is no
+# refusal. Taken for one, a lease that did land was dropped, and its job stayed RUNNING
+# under a live session that would never run it (found with a partitioned node).
+DUPLICATE_IN_PROCESS = 10158
 
 
 def transient(exc: Exception) -> bool:
-    """Whether the same append may succeed later: NATS did not answer, or JetStream was
-    briefly unavailable. A refusal (a conflict, a bad subject, no stream) stays a refusal."""
+    """Whether the same append may succeed later: NATS did not answer, JetStream was
+    briefly unavailable, or an earlier try of it is still in flight. A refusal (a conflict,
+    a bad subject, no stream) stays a refusal."""
     if isinstance(exc, ConflictError):
         return False
     if isinstance(exc, AppendError):
         cause = exc.__cause__
-        return not isinstance(cause, APIError) or isinstance(cause, ServiceUnavailableError)
+        if not isinstance(cause, APIError):
+            return True
+        return isinstance(cause, ServiceUnavailableError) or cause.err_code == DUPLICATE_IN_PROCESS
     return isinstance(exc, nats.errors.Error | OSError | TimeoutError)
 
 

@@ -92,6 +92,10 @@ __all__ = ["Launcher", "LauncherReport"]
 
 log = logging.getLogger(__name__)
 NAK_DELAY_S = 0.5
+# A runnable event whose job.created is not found is refused only at its 5th delivery (a
+# few seconds on): a lagging replica catches up by then, a forged event stays forged.
+MISSING_CREATED_DELIVERIES = 5
+MISSING_CREATED_NAK_DELAY_S = 1.0
 # A job this pilot can never run: a pilot that can gets it back within this; meanwhile the
 # site's pilots do not hand it round twice a second.
 REFUSED_NAK_DELAY_S = 5.0
@@ -520,6 +524,13 @@ class Launcher:
             why = decide.not_as_submitted(created, item.spec)
         if why is None:
             return True
+        if created is None and _deliveries(item.msg) < MISSING_CREATED_DELIVERIES:
+            # A direct get may be answered by a replica that has not yet stored the job's
+            # job.created (one that was cut off, catching up): ask again before refusing.
+            log.warning("launcher: job %s: no job.created on the log yet; asking again",
+                        item.job_id)  # fmt: skip
+            await settle(item.msg.nak(delay=MISSING_CREATED_NAK_DELAY_S))
+            return False
         await self._skip(item.msg, f"job {item.job_id}: {why}")
         return False
 
@@ -677,3 +688,11 @@ def _operational(exc: Exception) -> bool:
     if isinstance(exc, ConflictError):
         return False
     return transient(exc) or isinstance(exc, EventLogError)
+
+
+def _deliveries(msg: Any) -> int:
+    """How many times JetStream has delivered ``msg`` (1 the first time)."""
+    try:
+        return int(msg.metadata.num_delivered)
+    except (AttributeError, TypeError, ValueError):  # not a JetStream delivery
+        return 1

@@ -10,11 +10,15 @@ from __future__ import annotations
 import asyncio
 import uuid
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
 
+from lodestream.agents.launcher import launcher as launcher_module
+from lodestream.agents.launcher.launcher import MISSING_CREATED_DELIVERIES
 from lodestream.agents.launcher.main import run as run_launcher
+from lodestream.agents.launcher.reads import created_spec
 from lodestream.eventlog import EventLog, jetstream
 from lodestream.schemas.codec import encode
 from lodestream.schemas.events import JobKilled, JobPreprocessed, JobReset
@@ -108,3 +112,49 @@ async def test_forged_and_garbled_deliveries_are_skipped_and_counted(
     assert len(skipped) == len(forged)
     assert any("names site 'beta'" in line for line in skipped)
     assert any("signed by site:beta" in line for line in skipped)
+
+
+async def test_work_without_a_job_created_is_refused_after_asking_again(
+    secure_nats: SecureNats,
+    database_url: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A direct get may be answered by a replica still catching up (a node back from a
+    partition): the pilot asks again before refusing work whose job.created it cannot see.
+    Work nobody submitted is still refused; submitted work read from a lagging replica runs."""
+    site = secure_site_dir(secure_nats, tmp_path)
+    spec = JobSpec.model_validate({"site": SITE, "app": "hello", "workdir": "unsubmitted"})
+    unsubmitted = JobPreprocessed.create(
+        site=SITE, aggregate_id=uuid.uuid4(), actor=f"site:{SITE}", data=StepData(work=spec)
+    )
+    asked: list[uuid.UUID] = []
+
+    async def lagging_replica(js: Any, site_name: str, job_id: uuid.UUID) -> JobSpec | None:
+        """A double of the read: the first two answers for a job come from a replica that
+        has not stored its job.created yet."""
+        asked.append(job_id)
+        if asked.count(job_id) <= 2:
+            return None
+        return await created_spec(js, site_name, job_id)
+
+    monkeypatch.setattr(launcher_module, "created_spec", lagging_replica)
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        as_site = await connect_site(secure_nats, SITE)
+        try:
+            await jetstream(as_site).publish(unsubmitted.subject, encode(unsubmitted))
+        finally:
+            await as_site.close()
+        [job] = await submit(js, [job_created(SITE, OWNER, app="hello", workdir="lagging")])
+        stop = asyncio.Event()
+        pilot = asyncio.create_task(run_launcher(site.directory, wall_time_min=10, stop=stop))
+        await until_all(database_url, [job], "JOB_FINISHED")
+        async with asyncio.timeout(60):
+            while asked.count(unsubmitted.aggregate_id) < MISSING_CREATED_DELIVERIES:
+                await asyncio.sleep(0.2)
+        stop.set()
+        report = await asyncio.wait_for(pilot, 30)
+    assert (report.started, report.finished, report.skipped) == (1, 1, 1)
+    assert asked.count(job) == 3
+    assert asked.count(unsubmitted.aggregate_id) == MISSING_CREATED_DELIVERIES
