@@ -19,6 +19,7 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
+import nats.errors
 import psycopg
 import pytest
 from nats.js import JetStreamContext
@@ -117,9 +118,11 @@ async def start_stack(js: JetStreamContext, chaos: Chaos, dsn: str) -> None:
 
 
 async def consumer_exists(js: JetStreamContext, name: str) -> bool:
+    """Whether the consumer exists; False too while JetStream cannot say (a cluster that
+    has just started, or is electing a leader, answers nothing for a while)."""
     try:
         await js.consumer_info(EVENTS_STREAM, name)
-    except NotFoundError:
+    except (NotFoundError, nats.errors.TimeoutError, nats.errors.NoRespondersError):
         return False
     return True
 
