@@ -47,16 +47,18 @@ async def test_a_leaf_site_rides_out_a_cut_and_hears_a_kill_after(
 ) -> None:
     # The hub keeps a session whose heartbeats stop for its TTL: the cut must be shorter,
     # with a beat interval (TTL/4) to spare. A 60 s cut needs a TTL above 80 s.
-    ttl = max(12, round(CUT_S * 1.5))
+    ttl = max(20, round(CUT_S * 1.5))
     with running_stack(tmp_path / "s", postgres_server, leaf_sites=["alpha"],
                        heartbeat_ttl_s=ttl) as stack:  # fmt: skip
         async with leaf_site(stack, "alpha", heartbeat_ttl_s=ttl) as leaf, \
                 api_client(stack) as api, control_connection(stack) as js:  # fmt: skip
             leaf.agent()
             leaf.pilot("pilot")
-            short = [await api.submit(ADA, "alpha", app="sleeper", parameters={"seconds": "4"})
-                     for _ in range(4)]  # fmt: skip
-            doomed = await api.submit(ADA, "alpha", app="sleeper", parameters={"seconds": "120"})
+            # Submitted without waiting for the read model, so that they start together.
+            doomed = await api.submit(ADA, "alpha", wait=False, app="sleeper",
+                                      parameters={"seconds": "120"})  # fmt: skip
+            short = [await api.submit(ADA, "alpha", wait=False, app="sleeper",
+                                      parameters={"seconds": "8"}) for _ in range(4)]  # fmt: skip
             jobs = [str(j) for j in [*short, doomed]]
 
             async def all_started() -> bool:
@@ -105,3 +107,60 @@ async def test_a_leaf_site_rides_out_a_cut_and_hears_a_kill_after(
             await until("the kill reaching the pilot", kill_heard)
             assert types(events[str(doomed)])[-1] == "job.killed"
             assert await leaf.outbox_size() == 0
+
+
+async def test_a_lease_the_hub_expired_during_the_cut_wins(
+    tmp_path: Path, postgres_server: EmbeddedPostgres
+) -> None:
+    """The cut outlasts the heartbeat TTL: the hub expires the pilot's session and its
+    leases meanwhile. The result the pilot kept for one of them is refused when it is
+    forwarded, and the pilot kills the task still running once it hears of the expiry."""
+    ttl = 4
+    with running_stack(tmp_path / "s", postgres_server, leaf_sites=["alpha"],
+                       heartbeat_ttl_s=ttl) as stack:  # fmt: skip
+        async with leaf_site(stack, "alpha", heartbeat_ttl_s=ttl) as leaf, \
+                api_client(stack) as api, control_connection(stack) as js:  # fmt: skip
+            leaf.agent()
+            leaf.pilot("pilot")
+            running = await api.submit(ADA, "alpha", wait=False, app="sleeper",
+                                       parameters={"seconds": "120"})  # fmt: skip
+            late = await api.submit(ADA, "alpha", wait=False, app="sleeper",
+                                    parameters={"seconds": "3"})  # fmt: skip
+            jobs = [str(late), str(running)]
+
+            async def both_started() -> bool:
+                events = await job_events(js, "alpha")
+                return all("job.started" in types(events.get(j, [])) for j in jobs)
+
+            await until("both jobs started", both_started)
+            await leaf.proxy.cut()
+
+            async def expired_at_hub() -> bool:  # the controller's run_timed_out, for both
+                events = await job_events(js, "alpha")
+                return all("job.run_timed_out" in types(events[j]) for j in jobs)
+
+            await until("the hub expiring the leases", expired_at_hub)
+
+            async def result_kept() -> bool:
+                return await leaf.outbox_size() >= 1
+
+            await until("the late result kept at the site", result_kept)
+            await leaf.proxy.restore()
+
+            async def outbox_drained() -> bool:
+                return await leaf.outbox_size() == 0
+
+            await until("the forwarder's verdict", outbox_drained)
+            events = await job_events(js, "alpha")
+            assert "job.finished" not in types(events[str(late)]), "a late result landed"
+            assert f"the hub refused evt.alpha.job.{late}.finished" in stack.log_text("agent")
+
+            async def task_killed() -> bool:
+                return f"killing job {running}" in stack.log_text("pilot")
+
+            await until("the pilot killing the fenced task", task_killed)
+            events = await job_events(js, "alpha")
+            after = types(events[str(running)])
+            assert after.index("job.run_timed_out") > after.index("job.started")
+            assert "job.finished" not in after
+            assert "job.run_done" not in after

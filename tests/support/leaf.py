@@ -6,6 +6,7 @@ the site's agent and pilots stay connected to their leaf, the control plane to t
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ssl
 import subprocess
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import nats
+import nats.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
@@ -26,6 +28,7 @@ from lodestream.infra.nats.leaf import HUB_DOMAIN, leaf_config
 from lodestream.infra.nats.server import NatsServer
 from lodestream.infra.nats.tls import ensure_local_ca
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.topology import LAUNCH
 from tests.fixtures.ports import free_port
 from tests.support.processes import terminate
 from tests.support.proxy import CutProxy
@@ -69,6 +72,20 @@ class LeafSite:
                 return 0
             return info.state.messages
 
+    async def linked(self, timeout_s: float = 30.0) -> None:
+        """Wait until the hub's JetStream answers through the leaf."""
+        async with self.connection() as nc, asyncio.timeout(timeout_s):
+            while True:
+                try:
+                    # A read the site's key may make: its pilots' consumer.
+                    await nc.jetstream(domain=HUB_DOMAIN).consumer_info(
+                        EVENTS_STREAM, LAUNCH.durable(self.site)
+                    )
+                except (nats.errors.Error, TimeoutError):
+                    await asyncio.sleep(0.1)
+                else:
+                    return
+
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Client]:
         """A connection to the leaf as the site, as its own processes connect."""
@@ -111,6 +128,7 @@ async def leaf_site(stack: Stack, site: str, **launcher: Any) -> AsyncIterator[L
         )  # fmt: skip
         leaf = LeafSite(stack, site, server, proxy, settings, {})
         try:
+            await leaf.linked()  # the site's agent publishes its apps to the hub at start
             yield leaf
         finally:
             for proc in leaf.processes.values():
