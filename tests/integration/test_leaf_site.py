@@ -12,15 +12,21 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
+import nats.errors
 import pytest
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
+from lodestream.infra.nats.leaf import HUB_DOMAIN
 from lodestream.infra.postgres.server import EmbeddedPostgres
+from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.security.attack import api_client, control_connection
-from tests.support.leaf import job_events, leaf_site
+from tests.support.leaf import LeafSite, job_events, leaf_site
 from tests.support.stack import SITE_OWNERS, running_stack
 
 pytestmark = pytest.mark.slow
@@ -164,3 +170,14 @@ async def test_a_lease_the_hub_expired_during_the_cut_wins(
             assert after.index("job.run_timed_out") > after.index("job.started")
             assert "job.finished" not in after
             assert "job.run_done" not in after
+            await forged_creation_is_refused(leaf, js)
+
+
+async def forged_creation_is_refused(leaf: LeafSite, js: JetStreamContext) -> None:
+    """Through its leaf, the site's key still cannot append a control-plane type."""
+    subject = f"evt.alpha.job.{uuid.uuid4()}.created"
+    async with leaf.connection() as nc:
+        with pytest.raises((nats.errors.Error, TimeoutError)):
+            await nc.jetstream(domain=HUB_DOMAIN).publish(subject, b"{}", timeout=2)
+    with pytest.raises(NotFoundError):
+        await js.get_msg(EVENTS_STREAM, subject=subject)
