@@ -148,6 +148,7 @@ bench-acks: $(STAMP) ## What an ack costs: per message against once per batch
 
 CHAOS_JOBS ?= 500
 CHAOS_ROUNDS ?= 3
+LEAF_CUT_S ?= 60
 
 .PHONY: chaos
 chaos: $(STAMP) ## Chaos under load: every component SIGKILLed in turn (CHAOS_JOBS=500 CHAOS_ROUNDS=3)
@@ -158,8 +159,13 @@ cluster-faults: $(STAMP) ## The 3-node cluster in containers: a node killed, a n
 	LODE_CLUSTER_FAULTS=1 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
 
 .PHONY: cluster-test
-cluster-test: $(STAMP) ## The container fault tests at full size: 2,000 jobs through a partition and a Postgres restart (root)
+cluster-test: $(STAMP) ## The long versions: container faults at 2,000 jobs (root), a leaf site through a 60 s WAN cut
 	LODE_CLUSTER_FAULTS=1 LODE_CLUSTER_JOBS=2000 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
+	LODE_LEAF_CUT_S=$(LEAF_CUT_S) $(BIN)/pytest -q -s tests/integration/test_leaf_site.py $(PYTEST_ARGS)
+
+.PHONY: leaf-cut
+leaf-cut: $(STAMP) ## A leaf-node site rides out a 60 s WAN cut (LEAF_CUT_S=60; prints heal -> caught-up)
+	LODE_LEAF_CUT_S=$(LEAF_CUT_S) $(BIN)/pytest -q -s tests/integration/test_leaf_site.py $(PYTEST_ARGS)
 
 .PHONY: clean
 clean: ## Remove caches (keeps the venv and the state dir)

@@ -47,7 +47,7 @@ import nats.errors
 from nats.js import JetStreamContext
 
 from lodestream.agents.launcher import decide
-from lodestream.agents.launcher.appends import append_patiently, transient
+from lodestream.agents.launcher.appends import KEPT, append_or_keep, append_patiently, transient
 from lodestream.agents.launcher.decide import (
     AfterStart,
     Offer,
@@ -77,6 +77,7 @@ from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
 from lodestream.agents.site.retry import retry_until, stopped_within
 from lodestream.agents.site.settings import JobMode
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
+from lodestream.eventlog.outbox import Outbox
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError
@@ -128,8 +129,11 @@ class Launcher:
         batch: decide.PilotBatch | None = None,
         diffusion: Diffusion | None = None,
         filter_tags: Mapping[str, str] | None = None,
+        outbox: Outbox | None = None,
     ) -> None:
         self._js = js
+        # At a leaf-node site, where results the hub does not answer for are kept.
+        self._outbox = outbox
         self._nc = nc
         self._log = EventLog(js)
         self._site = site
@@ -587,7 +591,11 @@ class Launcher:
         event = outcome.kind.create(site=self._site, aggregate_id=item.job_id,
                                     actor=self.session.actor, data=outcome.data)  # fmt: skip
         try:
-            seq = await self._append(event, expect)
+            until = self._drain_until if self._draining else self.session.deadline
+            seq = await append_or_keep(
+                self._log, self._outbox, event, expect, until=until,
+                gone=lambda: self.session.lost or self._revoked,
+            )  # fmt: skip
         except ConflictError:
             self.report.fenced += 1
             log.warning("launcher: fenced on job %s (lease expired); result dropped", item.job_id)
@@ -599,6 +607,9 @@ class Launcher:
         if seq is None:
             log.error("launcher: result of job %s never acknowledged; its lease will expire",
                       item.job_id)  # fmt: skip
+            return
+        if seq == KEPT:  # the hub decides when it hears of it (agents/site/forward.py)
+            self.report.kept += 1
             return
         self.report.count(outcome.tally)
 

@@ -23,6 +23,7 @@ from lodestream.agents.site.apps import ApplicationDefinition, load_apps, to_app
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
 from lodestream.agents.site.settings import JobMode, SiteSettings, load_site_settings
 from lodestream.eventlog.jetstream import jetstream
+from lodestream.eventlog.outbox import Outbox
 from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
@@ -80,7 +81,10 @@ async def run(
         log.warning("launcher exits before reaching NATS (%s)", reason)
         return LauncherReport(exit_reason=reason)
     try:
-        js = jetstream(nc)
+        # A leaf-node site reaches the hub's JetStream through its domain, and keeps in the
+        # leaf's own (no domain) what the hub cannot take during a cut.
+        js = jetstream(nc, domain=settings.nats.hub_domain)
+        outbox = Outbox(jetstream(nc)) if settings.nats.hub_domain else None
         left_min = (deadline - time.monotonic()) / 60  # connecting may have taken a while
         session = LauncherSession(
             js, settings.site, heartbeat_ttl_s=cfg.heartbeat_ttl_s, wall_time_min=left_min,
@@ -96,7 +100,7 @@ async def run(
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
             batch=batch, diffusion=_diffusion(settings, plan, session, apps),
-            filter_tags=filter_tags,
+            filter_tags=filter_tags, outbox=outbox,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)

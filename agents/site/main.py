@@ -9,6 +9,7 @@ from pathlib import Path
 from lodestream.agents.site.agent import SiteAgent
 from lodestream.agents.site.apps import load_apps
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
+from lodestream.agents.site.forward import Forwarder
 from lodestream.agents.site.retries import RetryRules
 from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
@@ -34,7 +35,13 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
             raise watch.error()
         return  # stopped before NATS answered
     try:
-        await SiteAgent(jetstream(nc), settings, apps, retries).run(stop)
+        hub = jetstream(nc, domain=settings.nats.hub_domain)  # None: connected to the hub
+        agent = SiteAgent(hub, settings, apps, retries).run(stop)
+        if settings.nats.hub_domain is None:
+            await agent
+        else:  # a leaf-node site: forward what its pilots kept during a cut
+            forwarder = Forwarder(jetstream(nc), hub, settings.site)
+            await asyncio.gather(agent, forwarder.run(stop))
     finally:
         await disconnect(nc)
     if watch.revoked:

@@ -84,6 +84,11 @@ class SiteNats(_Strict):
     # How long NATS must refuse the site's key, on every attempt, before a site process
     # takes it as revoked and exits (lodestream.agents.site.credential says why).
     revoked_after_s: float = Field(30.0, ge=1.0, le=86_400.0)
+    # Set when ``url`` is the site's own leaf node (docs/operations.md, "Sites behind an
+    # unreliable WAN link"): the hub's JetStream domain, through which the site's processes
+    # reach the hub's streams and consumers; results the hub cannot take during a cut are
+    # kept in the leaf's OUTBOX and forwarded by the site agent.
+    hub_domain: str | None = Field(None, pattern=r"^[A-Za-z0-9_-]{1,32}$")
 
 
 AppLauncherName = Literal[

@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
 import nkeys
@@ -39,7 +39,7 @@ from lodestream.infra.nats.monitor import MonitorKey, monitor_permissions
 from lodestream.schemas.nkey import check_user_public_key
 from lodestream.schemas.subjects import EVENTS_STREAM, check_site, type_filter
 from lodestream.schemas.topology import SITE_CONSUMERS, site_grants
-from lodestream.schemas.trust import site_writable_types
+from lodestream.schemas.trust import WRITERS, site_writable_types
 
 CONTROL_USER: Final = "lodestream"
 
@@ -88,8 +88,12 @@ def site_event_subjects(site: str) -> list[str]:
     return [type_filter(site, event_type) for event_type in site_writable_types()]
 
 
-def site_permissions(site: str) -> Permissions:
-    """The per-site permission template; anything not allowed here is denied."""
+def site_permissions(site: str, *, leaf_domain: str | None = None) -> Permissions:
+    """The per-site permission template; anything not allowed here is denied.
+
+    ``leaf_domain``: the hub's JetStream domain, for a site that connects a leaf node
+    (:mod:`lodestream.infra.nats.leaf`); its grants then change as :func:`leaf_grants` says.
+    """
     feeds = site_grants(site)  # fetch and ack its own consumers; listen to its live feeds
     publish = [*site_event_subjects(site), f"hb.{site}.*", *feeds.publish]
     # Telling "my retried append had landed" from "I was fenced", and a pilot's check for a
@@ -97,9 +101,40 @@ def site_permissions(site: str) -> Permissions:
     # only the site's own (a get by sequence could read any site's events).
     publish.append(f"$JS.API.DIRECT.GET.{EVENTS_STREAM}.evt.{site}.>")
     publish.append("$JS.API.INFO")
-    return {
+    permissions: Permissions = {
         "publish": {"allow": publish},
         "subscribe": {"allow": [f"{site_inbox_prefix(site)}.>", *feeds.subscribe]},
+    }
+    return leaf_grants(site, permissions, leaf_domain) if leaf_domain else permissions
+
+
+def leaf_grants(site: str, permissions: Permissions, domain: str) -> Permissions:
+    """The grants of a site whose processes reach the hub through the site's leaf node.
+
+    Two things differ for a leaf connection (nats-server 2.15, checked by
+    ``tests/integration/test_leaf_site.py``):
+
+    * the leaf addresses the hub's JetStream through its domain, so every API subject is
+      granted again as ``$JS.<domain>.API.…``, and acks arrive as
+      ``$JS.ACK.<domain>.<account hash>.<stream>.<durable>.…``;
+    * the hub sends a leaf its interest in a subject only if the leaf may publish on it,
+      matched as a subject: a site allowed ``evt.<site>.job.*.started`` alone never hears of
+      ``EVENTS``' ``evt.>`` and its appends find no stream. So a leaf site is allowed
+      ``evt.<site>.>`` and denied every type it may not append (the control plane's, from
+      the same table). What that adds is a type nobody knows on its own subjects, which the
+      shared rule refuses at every consumer, as it refuses a garbled payload today.
+    """
+    publish = list(permissions["publish"]["allow"])
+    api = [s for s in publish if s.startswith("$JS.API.")]
+    publish += [s.replace("$JS.API.", f"$JS.{domain}.API.", 1) for s in api]
+    acks = [s for s in publish if s.startswith("$JS.ACK.")]
+    publish += [s.replace("$JS.ACK.", "$JS.ACK.*.*.", 1) for s in acks]
+    own_types = set(site_event_subjects(site))
+    publish = [s for s in publish if s not in own_types] + [f"evt.{site}.>"]
+    denied = [type_filter(site, t) for t in sorted(WRITERS) if "site" not in WRITERS[t]]
+    return {
+        "publish": {"allow": publish, "deny": denied},
+        "subscribe": permissions["subscribe"],
     }
 
 
@@ -108,6 +143,9 @@ def render_authorization(
     control_password: str,
     sites: Mapping[str, str],
     monitors: Sequence[MonitorKey] = (),
+    *,
+    leaf_sites: Collection[str] = (),
+    leaf_domain: str | None = None,
 ) -> str:
     """The ``authorization { users = [...] }`` block for the control plane, ``sites`` and
     the users' monitoring keys (:mod:`lodestream.infra.nats.monitor`).
@@ -115,7 +153,11 @@ def render_authorization(
     ``sites`` maps a site name to its nkey public key. Password and nkey users
     share one ``users`` list (nats-server accepts the mix). The output is
     sorted by site so that re-rendering unchanged input yields the same text.
+    ``leaf_sites`` may also connect a leaf node (over the websocket listener) to a hub whose
+    JetStream domain is ``leaf_domain``; their permissions are :func:`leaf_grants`.
     """
+    if leaf_sites and not leaf_domain:
+        raise ValueError("leaf sites need the hub's JetStream domain (leaf_domain)")
     if not _USERNAME_RE.fullmatch(control_user):
         raise ValueError(f"invalid control-plane user name {control_user!r}")
     if not control_password:
@@ -131,12 +173,17 @@ def render_authorization(
             check_user_public_key(public_key)  # checksum too: nats-server refuses a bad one
         except ValueError as exc:
             raise ValueError(f"site {site!r}: {exc}") from exc
-        permissions = json.dumps(site_permissions(site), indent=2).replace("\n", "\n      ")
+        leaf = site in leaf_sites
+        permissions = json.dumps(
+            site_permissions(site, leaf_domain=leaf_domain if leaf else None), indent=2
+        ).replace("\n", "\n      ")
+        # Sites come in over wss:// only (a leaf node too); the plain listener is for the
+        # control plane.
+        types = '["WEBSOCKET", "LEAFNODE_WS"]' if leaf else '["WEBSOCKET"]'
         entries.append(
-            f"    # site {site}\n"
+            f"    # site {site}{' (through its leaf node)' if leaf else ''}\n"
             f"    {{\n      nkey: {_q(public_key)}\n"
-            # Sites come in over wss:// only; the plain listener is for the control plane.
-            '      allowed_connection_types: ["WEBSOCKET"]\n'
+            f"      allowed_connection_types: {types}\n"
             f"      permissions: {permissions}\n    }}"
         )
     for monitor in sorted(monitors, key=lambda m: m.user):

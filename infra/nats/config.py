@@ -40,6 +40,21 @@ class ClusterBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class LeafRemote:
+    """The outbound link of a site's leaf node to the hub (:mod:`lodestream.infra.nats.leaf`).
+
+    It dials the hub's ``wss://`` listener, like every site process, and signs in with the
+    site's nkey: the seed is written into the leaf's config (mode 0600), which stays at the
+    site.
+    """
+
+    urls: tuple[str, ...]
+    seed: str
+    ca_file: Path | None = None
+    reconnect_s: float = 1.0  # how soon after a cut heals the leaf is back
+
+
+@dataclass(frozen=True, slots=True)
 class NatsServerConfig:
     server_name: str
     store_dir: Path
@@ -52,6 +67,13 @@ class NatsServerConfig:
     jetstream_max_memory: int = 256 * MIB
     jetstream_max_file: int = 10 * GIB
     cluster: ClusterBlock | None = None
+    # A JetStream domain names this server's JetStream for clients of a leaf node: the hub's
+    # (``hub``) when sites run leaf nodes, and each leaf's own (its site's name).
+    jetstream_domain: str | None = None
+    # The hub accepts leaf nodes (they arrive on the websocket listener; this port, bound to
+    # ``host``, is what nats-server needs to turn leaf connections on).
+    leafnode_port: int | None = None
+    leaf_remote: LeafRemote | None = None
 
     def __post_init__(self) -> None:
         if self.websocket_port is not None and self.tls is None:
@@ -79,13 +101,16 @@ def render_config(cfg: NatsServerConfig) -> str:
         f"  store_dir: {_q(str(cfg.store_dir))}\n"
         f"  max_memory_store: {cfg.jetstream_max_memory}\n"
         f"  max_file_store: {cfg.jetstream_max_file}\n"
-        "}\n"
+        + (f"  domain: {_q(cfg.jetstream_domain)}\n" if cfg.jetstream_domain else "")
+        + "}\n"
     )
     if cfg.websocket_port is not None:
         assert cfg.tls is not None  # enforced by NatsServerConfig
         blocks.append(_websocket(cfg.host, cfg.websocket_port, cfg.tls))
     if cfg.cluster is not None:
         blocks.append(_cluster(cfg.host, cfg.cluster))
+    if cfg.leafnode_port is not None or cfg.leaf_remote is not None:
+        blocks.append(_leafnodes(cfg.host, cfg.leafnode_port, cfg.leaf_remote))
     if cfg.authorization is not None:
         blocks.append(cfg.authorization)
     return "\n".join(blocks)
@@ -104,6 +129,20 @@ def _websocket(host: str, port: int, tls: TlsFiles) -> str:
         "  compression: false\n"
         "}\n"
     )
+
+
+def _leafnodes(host: str, port: int | None, remote: LeafRemote | None) -> str:
+    lines = ["leafnodes {"]
+    if port is not None:
+        lines.append(f"  listen: {_q(host_port(host, port))}")
+    if remote is not None:
+        urls = ", ".join(_q(url) for url in remote.urls)
+        lines += [f"  reconnect: {_q(f'{remote.reconnect_s:g}s')}", "  remotes: [", "    {",
+                  f"      urls: [{urls}]", f"      nkey: {_q(remote.seed)}"]  # fmt: skip
+        if remote.ca_file is not None:
+            lines.append(f"      tls {{ ca_file: {_q(str(remote.ca_file))} }}")
+        lines += ["    }", "  ]"]
+    return "\n".join([*lines, "}"]) + "\n"
 
 
 def _cluster(host: str, cluster: ClusterBlock) -> str:

@@ -38,9 +38,10 @@ _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consum
 
 
 class PullConsumer:
-    def __init__(self, nc: Client, stream: str, durable: str) -> None:
+    def __init__(self, nc: Client, stream: str, durable: str, *, api: str = "$JS.API") -> None:
         self._nc = nc
-        self._subject = next_subject(stream, durable)
+        # ``api``: the JetStream API prefix; ``$JS.<domain>.API`` from a site's leaf node.
+        self._subject = next_subject(stream, durable).replace("$JS.API", api, 1)
         self._sub: Any = None
         self._remaining = 0  # messages the open pull request may still deliver
         self._open_until = 0.0
@@ -48,7 +49,7 @@ class PullConsumer:
     @classmethod
     def on(cls, js: Any, stream: str, durable: str) -> PullConsumer:
         """A consumer on ``js``'s connection, not started yet."""
-        return cls(js._nc, stream, durable)
+        return cls(js._nc, stream, durable, api=js._prefix)
 
     async def start(self) -> PullConsumer:
         """Subscribe a fresh inbox; after :meth:`stop`, also to start over on a new consumer."""

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
+from collections.abc import Callable, Collection, Coroutine, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +42,7 @@ from lodestream.infra.nats.auth import (
     user_public_key,
 )
 from lodestream.infra.nats.config import NatsServerConfig
+from lodestream.infra.nats.leaf import HUB_DOMAIN
 from lodestream.infra.nats.server import NatsServer
 from lodestream.infra.nats.tls import ensure_local_ca
 from lodestream.infra.postgres.server import EmbeddedPostgres
@@ -196,11 +197,18 @@ def run_async(factory: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 @contextlib.contextmanager
 def running_stack(
-    root: Path, postgres: EmbeddedPostgres, *, env: Mapping[str, str] | None = None
+    root: Path,
+    postgres: EmbeddedPostgres,
+    *,
+    env: Mapping[str, str] | None = None,
+    leaf_sites: Collection[str] = (),
+    heartbeat_ttl_s: float = TEST_HEARTBEAT_TTL_S,
 ) -> Iterator[Stack]:
     """A running stack under ``root``, with :data:`SITE_OWNERS` registered; torn down after.
 
     ``env`` adds to the services' environment (``LODE_CONTROLLER__SCALER_PERIOD_S``, ...).
+    ``leaf_sites`` may connect a leaf node: the hub then has the JetStream domain
+    :data:`~lodestream.infra.nats.leaf.HUB_DOMAIN` and accepts leaf connections.
     """
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as cleanup:
@@ -218,7 +226,15 @@ def running_stack(
                 http_port=free_port(),
                 websocket_port=free_port(),
                 tls=tls,
-                authorization=render_authorization(CONTROL_USER, password, public_keys),
+                authorization=render_authorization(
+                    CONTROL_USER,
+                    password,
+                    public_keys,
+                    leaf_sites=leaf_sites,
+                    leaf_domain=HUB_DOMAIN if leaf_sites else None,
+                ),
+                jetstream_domain=HUB_DOMAIN if leaf_sites else None,
+                leafnode_port=free_port() if leaf_sites else None,
             ),
             root / "nats",
         )
@@ -241,10 +257,11 @@ def running_stack(
             "LODE_API__HOST": "127.0.0.1",
             "LODE_API__PORT": str(api_port),
             "LODE_API__WAIT_TIMEOUT_S": "20",
+            "LODE_NATS__HEARTBEAT_TTL_S": str(heartbeat_ttl_s),
             **(env or {}),
         }
         # Once, before the services: they all ensure the streams at start, and would race.
-        run_async(lambda: _ensure_streams(stack.nats_settings()))
+        run_async(lambda: _ensure_streams(stack.nats_settings(), heartbeat_ttl_s))
         for name in SERVICES:
             stack.start(name)
         cleanup.callback(_stop_all, stack)
@@ -260,10 +277,10 @@ def _stop_all(stack: Stack) -> None:
         stack.stop(name)
 
 
-async def _ensure_streams(settings: NatsSettings) -> None:
+async def _ensure_streams(settings: NatsSettings, heartbeat_ttl_s: float) -> None:
     nc = await nats.connect(settings.url, user=settings.user, password=_secret(settings))
     try:
-        await ensure_streams(nc.jetstream(), heartbeat_ttl_s=TEST_HEARTBEAT_TTL_S)
+        await ensure_streams(nc.jetstream(), heartbeat_ttl_s=heartbeat_ttl_s)
     finally:
         await nc.close()
 
