@@ -111,7 +111,7 @@ up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
 BENCHES := bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
-	bench-analytics bench-simulate bench-decode bench-acks
+	bench-analytics bench-simulate bench-decode bench-acks bench-cluster
 
 .PHONY: bench $(BENCHES)
 bench: $(BENCHES) ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
@@ -145,6 +145,9 @@ bench-decode: $(STAMP) ## µs per event: the shared rule, the union and per-clas
 
 bench-acks: $(STAMP) ## What an ack costs: per message against once per batch
 	$(BIN)/python -m bench.acks $(ACKS_ARGS)
+
+bench-cluster: $(STAMP) ## No-op jobs on a 3-node cluster in containers vs one server (root and Docker; skipped without)
+	LODE_CLUSTER_BENCH=1 $(BIN)/pytest -q -s -p no:cacheprovider tests/containers/test_cluster_bench.py $(PYTEST_ARGS)
 
 CHAOS_JOBS ?= 500
 CHAOS_ROUNDS ?= 3

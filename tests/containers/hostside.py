@@ -13,9 +13,10 @@ import sys
 import tempfile
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 from nats.js import JetStreamContext
@@ -24,6 +25,7 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog, ensure_streams, jetstream
 from lodestream.natsconn import connect
 from lodestream.schemas.topology import SITE_CONSUMERS
+from lodestream.settings import NatsSettings
 from tests.chaos.conftest import CHAOS_APP
 from tests.chaos.test_chaos import FINAL, app_known, consumer_exists
 from tests.chaos.verify import (
@@ -135,23 +137,47 @@ class Run:
     logs: Path
 
 
+@dataclass(frozen=True)
+class Target:
+    """Where the host's processes go: a NATS deployment and a Postgres database."""
+
+    nats: NatsSettings
+    websocket_url: str  # the site's nats.url
+    ca_file: Path
+    seed_file: Path  # the site's key
+    dsn: str
+
+    @classmethod
+    def of_cluster(cls, cluster: ContainerCluster, postgres: PostgresContainer) -> Target:
+        return cls(cluster.settings(), cluster.websocket_url, cluster.ca_file,
+                   cluster.seed_files[SITE], postgres.url)  # fmt: skip
+
+
 @contextlib.asynccontextmanager
 async def running(
-    cluster: ContainerCluster,
-    postgres: PostgresContainer,
+    cluster: ContainerCluster | Target,
+    postgres: PostgresContainer | None,
     tmp_path: Path,
     *,
     heartbeat_ttl_s: int = round(TEST_HEARTBEAT_TTL_S),
+    launcher: Mapping[str, object] | None = None,
 ) -> AsyncIterator[Run]:
-    """Streams (R3), the site registered, the services, agent and pilot started on the host;
+    """Streams, the site registered, the services, agent and pilot started on the host;
     everything the host started is stopped on the way out. ``heartbeat_ttl_s``: the pilots'
-    session TTL, which the stream and the controller agree on."""
-    dsn = postgres.url
-    nats = cluster.settings().model_copy(update={"heartbeat_ttl_s": float(heartbeat_ttl_s)})
+    session TTL, which the stream and the controller agree on; ``launcher``: the pilot's
+    settings beyond the tests' defaults."""
+    if isinstance(cluster, Target):
+        target = cluster
+    else:
+        assert postgres is not None
+        target = Target.of_cluster(cluster, postgres)
+    dsn = target.dsn
+    nats = target.nats.model_copy(update={"heartbeat_ttl_s": float(heartbeat_ttl_s)})
+    pilot: dict[str, Any] = {"idle_ttl_s": 3600, "heartbeat_ttl_s": heartbeat_ttl_s}
     site = make_site_dir(
-        tmp_path / "site", SITE, wss_url=cluster.websocket_url, ca_file=cluster.ca_file,
-        seed_file=cluster.seed_files[SITE], processing={"retry_budget": 50}, idle_ttl_s=3600,
-        heartbeat_ttl_s=heartbeat_ttl_s,
+        tmp_path / "site", SITE, wss_url=target.websocket_url, ca_file=target.ca_file,
+        seed_file=target.seed_file, processing={"retry_budget": 50},
+        **(pilot | dict(launcher or {})),
     )  # fmt: skip
     shutil.copy(CHAOS_APP, site.apps_dir / CHAOS_APP.name)
     logs = tmp_path / "logs"
