@@ -40,7 +40,13 @@ from lodestream.schemas.events import (
 )
 from lodestream.schemas.fold import apply, check_creation
 from lodestream.schemas.resources import App, JobSpec
-from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, parse_event_subject
+from lodestream.schemas.subjects import (
+    EVENTS_STREAM,
+    HB_IN_STREAM,
+    HB_STREAM,
+    heartbeat_subject,
+    parse_event_subject,
+)
 from lodestream.schemas.topology import CONTROLLER
 from lodestream.schemas.trust import (
     WRITERS,
@@ -138,6 +144,7 @@ class Controller:
         scaler_period_s: float = 10.0,
     ) -> None:
         self._js = js
+        self._heartbeat_ttl_s: float | None = None  # HB's max age, read when first needed
         self._log = EventLog(js)
         self._reads = ReadModel(dsn)
         # The elastic queues' backlog, on a connection of its own (its queries must not
@@ -435,6 +442,10 @@ class Controller:
 
     async def _expire(self, site: str, session_id: uuid.UUID, marker_seq: int) -> None:
         """Fence every job the dead session holds; retry until none is left or it moved on."""
+        if await self._beating_in_hbin(site, session_id):
+            log.warning("session %s: HB aged out its heartbeat, but HBIN holds a newer one: "
+                        "HB's sourcing lags (a leader moved); not expired", session_id)  # fmt: skip
+            return
         for _ in range(5):
             info = await self._js.stream_info(EVENTS_STREAM)
             await self._reads.wait_for(int(info.state.last_seq))
@@ -446,6 +457,31 @@ class Controller:
             if not await self._append(appends):
                 return
         log.warning("session %s: leases still moving after 5 expiry rounds", session_id)
+
+    async def _beating_in_hbin(self, site: str, session_id: uuid.UUID) -> bool:
+        """Whether ``HBIN`` holds a heartbeat of the session less than half a TTL old.
+
+        HB receives heartbeats by sourcing HBIN, and the source stalls while a cluster moves
+        a leader: HB can age out a live pilot's heartbeat while its newer ones wait in HBIN
+        (found with a partitioned node). Such a heartbeat reaches HB when the source resumes,
+        and HB's own timer marks the session again if the pilot then dies. Half a TTL: the
+        heartbeat HB aged out is at least a TTL old, so a newer one cannot be mistaken for
+        it across small clock differences between nodes. When HBIN cannot be read, the
+        marker's verdict stands. The TTL is HB's own max age, whatever this process was told.
+        """
+        try:
+            if self._heartbeat_ttl_s is None:
+                max_age = (await self._js.stream_info(HB_STREAM)).config.max_age
+                self._heartbeat_ttl_s = float(max_age or 0)
+            stored = await self._js.get_msg(
+                HB_IN_STREAM, subject=heartbeat_subject(site, session_id)
+            )
+        except (NatsError, TimeoutError):
+            return False
+        if stored.time is None:
+            return False
+        age_s = (datetime.now(UTC) - stored.time).total_seconds()
+        return age_s < self._heartbeat_ttl_s / 2
 
     # --- appending ------------------------------------------------------------------------
 

@@ -18,7 +18,7 @@ from nats.js import JetStreamContext
 from lodestream.eventlog import ConflictError, EventLog
 from lodestream.schemas.events import Heartbeat, JobKilled, JobRunDone, JobStarted
 from lodestream.schemas.events.job import RunResultData, StartedData
-from lodestream.schemas.subjects import EVENTS_STREAM, heartbeat_subject
+from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, heartbeat_subject
 from lodestream.services.controller import loop as loop_module
 from lodestream.services.controller.loop import Controller
 from tests.support.builders import job_created, site_registered
@@ -298,3 +298,30 @@ async def test_a_job_the_projector_refuses_to_create_is_not_acted_on(
         # Only job.created is there: anything newer would be the controller's next step.
         last = await js.get_last_msg(EVENTS_STREAM, refused.aggregate_subjects)
         assert last.subject == refused.subject
+
+
+async def test_a_marker_is_overruled_by_a_newer_heartbeat_waiting_in_hbin(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """HB sources its heartbeats from HBIN, and the source stalls while a cluster moves a
+    leader: HB can age out a live pilot's heartbeat while a newer one waits in HBIN. The
+    marker then must not expire the session; once HBIN holds nothing newer, it does."""
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    session = uuid.uuid4()
+    ttl_s = float((await js.stream_info(HB_STREAM)).config.max_age or 0)
+    async with running_projector(js, database_url):
+        await wait_for_position(database_url, 1)
+        heartbeat = Heartbeat(session_id=session, site=SITE, at=datetime.now(UTC))
+        await js.publish(
+            heartbeat_subject(SITE, session), orjson.dumps(heartbeat.model_dump(mode="json"))
+        )
+        controller = Controller(js, database_url)  # not started: only its expiry is asked
+        # A marker arriving now, as if HB had aged out an older heartbeat of this session.
+        await controller._expire(SITE, session, marker_seq=1)
+        assert (await js.stream_info(EVENTS_STREAM)).state.last_seq == 1
+        # HBIN's heartbeat more than half a TTL old: the marker's verdict stands.
+        await asyncio.sleep(ttl_s / 2 + 0.2)
+        await controller._expire(SITE, session, marker_seq=1)
+    last = await js.get_msg(EVENTS_STREAM, seq=(await js.stream_info(EVENTS_STREAM)).state.last_seq)
+    assert last.subject == f"evt.{SITE}.session.{session}.expired"
