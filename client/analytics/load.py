@@ -21,7 +21,7 @@ from nats.aio.client import Client
 from lodestream.client.analytics.errors import OutputError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line, file_batches
-from lodestream.client.analytics.replay import Replay
+from lodestream.client.analytics.replay import Replay, collector_paused
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_batches
 from lodestream.client.analytics.summary import Loaded
@@ -32,16 +32,18 @@ from lodestream.client.credential import MonitorCredential
 def load_file(path: Path, selection: Selection | None = None) -> Loaded:
     """The selection of the copy of the log at ``path`` (``lode analytics export``)."""
     replay = Replay(selection)
-    for raws in file_batches(path, replay.report):
-        replay.take(raws)
+    with collector_paused():
+        for raws in file_batches(path, replay.report):
+            replay.take(raws)
     return replay.loaded()
 
 
 async def load_stream(nc: Client, selection: Selection | None = None) -> Loaded:
     """The selection of ``EVENTS``, read over a control-plane connection ``nc``."""
     replay = Replay(selection)
-    async for raws in stream_batches(nc, replay.selection):
-        replay.take(raws)
+    with collector_paused():
+        async for raws in stream_batches(nc, replay.selection):
+            replay.take(raws)
     return replay.loaded()
 
 
@@ -54,8 +56,9 @@ async def load_watch(
 ) -> Loaded:
     """The selection of ``sites``' events, read with the user's monitoring credential."""
     replay = Replay(selection)
-    async for raws in watch_batches(credential, sites, replay.selection, log_end=log_end):
-        replay.take(raws)
+    with collector_paused():
+        async for raws in watch_batches(credential, sites, replay.selection, log_end=log_end):
+            replay.take(raws)
     return replay.loaded()
 
 
