@@ -7,7 +7,8 @@
     loaded = await load_watch(credential, ["alpha"], selection, log_end=...)
     summary = summarize(loaded)
 
-Each reads in batches and hands them to one :class:`~lodestream.client.analytics.replay.Replay`;
+Each reads in batches and hands them to one :class:`~lodestream.client.analytics.replay.Replay`
+(with the cyclic collector paused: :mod:`~lodestream.client.analytics.collector`);
 :func:`export_stream` and :func:`export_watch` write the same messages to a copy instead.
 """
 
@@ -18,10 +19,11 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.errors import OutputError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line, file_batches
-from lodestream.client.analytics.replay import Replay, collector_paused
+from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_batches
 from lodestream.client.analytics.summary import Loaded
