@@ -49,7 +49,7 @@ def consumer_config(selection: Selection) -> ConsumerConfig:
         ack_policy=AckPolicy.NONE,
         filter_subjects=[f"evt.{site}.>" for site in sites] or None,
         inactive_threshold=30.0,
-        max_waiting=1,
+        max_waiting=2,  # the reader asks for the next batch while it works on one
         mem_storage=True,
         num_replicas=1,
         **start,

@@ -10,8 +10,9 @@ keeps only what a bulk reader needs: the stream sequence and the count still pen
 except a status line that ends a pull request. Every other subscription on the connection
 is delivered by nats-py as before.
 
-The pull requests are :class:`~lodestream.eventlog.pull.PullConsumer`'s: at most one open,
-only the first message of a batch waited for.
+As in :class:`~lodestream.eventlog.pull.PullConsumer`, only the first message of a batch is
+waited for; unlike it, the next batch is asked for before this one is handed out, so the
+server sends while the reader works (the consumer must allow two waiting pull requests).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class RawPull:
         self._inbox = ""
         self._got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
         self._waiter: asyncio.Future[None] | None = None
-        self._remaining = 0  # messages the open pull request may still deliver
+        self._remaining = 0  # messages the open pull requests may still deliver
         self._open_until = 0.0
 
     async def start(self) -> RawPull:
@@ -86,10 +87,11 @@ class RawPull:
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
         loop = asyncio.get_running_loop()
         got = self._drain(batch)
-        if len(got) < batch and (self._remaining <= 0 or loop.time() > self._open_until):
-            want = batch - len(got)
-            request = {"batch": want, "expires": int(timeout * 1e9)}
-            self._remaining = want
+        # The next batch is asked for while this one is worked on, so that the server is
+        # sending it meanwhile: two requests may be open (the consumer's max_waiting ≥ 2).
+        if self._remaining < batch or loop.time() > self._open_until:
+            request = {"batch": batch, "expires": int(timeout * 1e9)}
+            self._remaining = max(self._remaining, 0) + batch
             self._open_until = loop.time() + timeout + 1.0
             await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
         if not got:
