@@ -26,4 +26,10 @@ def collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if gc.get_freeze_count() == 0:  # none frozen by the program itself, to be kept so
+            # What the block made and kept goes straight to the oldest generation, as the
+            # young collections would move it (walking all of it on the way) once resumed;
+            # the next full collection still looks at all of it.
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()

@@ -51,3 +51,13 @@ def test_the_pause_restores_the_collector_as_it_was(collector: None) -> None:
     with collector_paused():
         assert not gc.isenabled()
     assert not gc.isenabled()
+
+
+def test_what_the_pause_kept_is_still_collected_after(collector: None) -> None:
+    gc.enable()
+    with collector_paused():
+        cycle: list[object] = []
+        cycle.append(cycle)
+        del cycle
+    assert gc.get_freeze_count() == 0
+    assert gc.collect() >= 1
