@@ -77,11 +77,13 @@ class RawPull:
     async def stop(self) -> None:
         if self._sid is None:
             return
-        _unroute(self._nc, self._sid)
         sid, self._sid = self._sid, None
+        # Unsubscribed first: what the open requests still send until the server has the
+        # UNSUB comes here and is dropped, never into nats-py's queue for the inbox.
         sub = self._nc._subs.get(sid)
         if sub is not None:
             await sub.unsubscribe()
+        _unroute(self._nc, sid)
 
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
