@@ -40,6 +40,7 @@ from bench.append import Appender
 from bench.stack import free_port
 from bench.stats import profile_summary
 from bench.summary import row
+from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.figures.latency import StageTable
 from lodestream.client.analytics.fold import TimelineFold
 from lodestream.client.analytics.intake import IntakeReport, accept
@@ -86,14 +87,15 @@ async def split(nc: Client) -> dict[str, Any]:
     fold = TimelineFold(Selection(), report)
     rule_s = fold_s = 0.0
     started = time.perf_counter()
-    async for raws in stream_batches(nc, Selection()):
-        t0 = time.perf_counter()
-        accepted = accept(raws, report)
-        t1 = time.perf_counter()
-        for seq, event in accepted:
-            fold.apply(seq, event)
-        rule_s += t1 - t0
-        fold_s += time.perf_counter() - t1
+    with collector_paused():  # as load_stream replays
+        async for raws in stream_batches(nc, Selection()):
+            t0 = time.perf_counter()
+            accepted = accept(raws, report)
+            t1 = time.perf_counter()
+            for seq, event in accepted:
+                fold.apply(seq, event)
+            rule_s += t1 - t0
+            fold_s += time.perf_counter() - t1
     total = time.perf_counter() - started
     n = report.read
     return {

@@ -120,9 +120,10 @@ def check_event(subject: str, event: Event) -> Event:
     if aggregate_id != str(event.aggregate_id):
         raise Untrusted(f"aggregate {event.aggregate_id} on a subject for {aggregate_id}")
     _check_actor(event)
-    for claimed in _claimed_sites(event):
-        if claimed != event.site:
-            raise Untrusted(f"{event.type} at site {event.site!r} names site {claimed!r}")
+    if _may_claim(type(event), type(event.data)):
+        for claimed in _claimed_sites(event):
+            if claimed != event.site:
+                raise Untrusted(f"{event.type} at site {event.site!r} names site {claimed!r}")
     return event
 
 
@@ -149,6 +150,17 @@ def _check_actor(event: Event) -> None:
         raise Untrusted(f"{event.type} is appended by the {allowed}, not by {event.actor}")
     if kind == "site" and name != event.site:
         raise Untrusted(f"{event.type} at site {event.site!r} signed by {event.actor}")
+
+
+@functools.cache
+def _may_claim(event_class: type[Event], data_class: type[BaseModel]) -> bool:
+    """Whether an event of these classes can name a site at all: most payloads cannot,
+    and this runs on every hop of every event."""
+    return bool(
+        _spec_paths(data_class)
+        or issubclass(data_class, CreatedData | App)
+        or issubclass(event_class, SiteRegistered)
+    )
 
 
 def _claimed_sites(event: Event) -> list[str]:

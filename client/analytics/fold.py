@@ -76,7 +76,10 @@ class TimelineFold:
         self.selection = selection or Selection()
         self.report = report or IntakeReport()
         self.timelines = Timelines()
-        self._views: dict[uuid.UUID, JobView] = {}
+        # Keyed by the UUID's int: an int hashes and compares in C, a UUID in Python code,
+        # and these are looked up for every job event. timelines.jobs holds the same timelines.
+        self._views: dict[int, JobView] = {}
+        self._timelines: dict[int, JobTimeline] = {}
         self._left_out: set[uuid.UUID] = set()
 
     def apply(self, seq: int, event: Event) -> None:
@@ -104,18 +107,20 @@ class TimelineFold:
 
     def _job(self, seq: int, event: Event, at: float) -> bool:
         job_id = event.aggregate_id
-        view = self._views.get(job_id)
+        key = job_id.int
+        view = self._views.get(key)
         if view is None and not self._known_new(job_id, event):
             return False
         try:
-            self._views[job_id] = apply(view, event, seq)
+            self._views[key] = apply(view, event, seq)
         except IllegalTransition as exc:
             self.report.refuse(seq, event.subject, "transition", str(exc))
             return False
         if isinstance(event, JobCreated):
-            self.timelines.jobs[job_id] = start_timeline(seq, event, at)
+            timeline = start_timeline(seq, event, at)
+            self._timelines[key] = self.timelines.jobs[job_id] = timeline
         else:
-            extend(self.timelines.jobs[job_id], seq, event, at)
+            extend(self._timelines[key], seq, event, at)
         return True
 
     def _known_new(self, job_id: uuid.UUID, event: Event) -> bool:

@@ -7,7 +7,8 @@
     loaded = await load_watch(credential, ["alpha"], selection, log_end=...)
     summary = summarize(loaded)
 
-Each reads in batches and hands them to one :class:`~lodestream.client.analytics.replay.Replay`;
+Each reads in batches and hands them to one :class:`~lodestream.client.analytics.replay.Replay`
+(with the cyclic collector paused: :mod:`~lodestream.client.analytics.collector`);
 :func:`export_stream` and :func:`export_watch` write the same messages to a copy instead.
 """
 
@@ -18,6 +19,7 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
+from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.errors import OutputError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line, file_batches
@@ -32,16 +34,18 @@ from lodestream.client.credential import MonitorCredential
 def load_file(path: Path, selection: Selection | None = None) -> Loaded:
     """The selection of the copy of the log at ``path`` (``lode analytics export``)."""
     replay = Replay(selection)
-    for raws in file_batches(path, replay.report):
-        replay.take(raws)
+    with collector_paused():
+        for raws in file_batches(path, replay.report):
+            replay.take(raws)
     return replay.loaded()
 
 
 async def load_stream(nc: Client, selection: Selection | None = None) -> Loaded:
     """The selection of ``EVENTS``, read over a control-plane connection ``nc``."""
     replay = Replay(selection)
-    async for raws in stream_batches(nc, replay.selection):
-        replay.take(raws)
+    with collector_paused():
+        async for raws in stream_batches(nc, replay.selection):
+            replay.take(raws)
     return replay.loaded()
 
 
@@ -54,8 +58,9 @@ async def load_watch(
 ) -> Loaded:
     """The selection of ``sites``' events, read with the user's monitoring credential."""
     replay = Replay(selection)
-    async for raws in watch_batches(credential, sites, replay.selection, log_end=log_end):
-        replay.take(raws)
+    with collector_paused():
+        async for raws in watch_batches(credential, sites, replay.selection, log_end=log_end):
+            replay.take(raws)
     return replay.loaded()
 
 

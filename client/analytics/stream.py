@@ -2,8 +2,10 @@
 
 An ephemeral pull consumer with no acks, filtered to the selected sites, starting at the
 selection's sequence or (a little before) its time, read in large batches by
-:class:`~lodestream.eventlog.pull.PullConsumer` until the stream's last sequence at the
-start: the analysis is of the log as it was when it began, however busy the log is.
+:class:`~lodestream.eventlog.rawpull.RawPull` until the stream's last sequence at the
+start: the analysis is of the log as it was when it began, however busy the log is. The
+messages come as bytes (no nats-py message, no header parsed): a replay needs only their
+sequence, subject and body.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from nats.js.errors import NotFoundError
 from lodestream.client.analytics.errors import SourceError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.selection import CLOCK_SLACK_S, Selection
+from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.jetstream import jetstream
-from lodestream.eventlog.pull import PullConsumer
+from lodestream.eventlog.rawpull import RawPull
 from lodestream.schemas.subjects import EVENTS_STREAM
 
 BATCH: Final = 10_000
@@ -46,7 +49,7 @@ def consumer_config(selection: Selection) -> ConsumerConfig:
         ack_policy=AckPolicy.NONE,
         filter_subjects=[f"evt.{site}.>" for site in sites] or None,
         inactive_threshold=30.0,
-        max_waiting=1,
+        max_waiting=2,  # the reader asks for the next batch while it works on one
         mem_storage=True,
         num_replicas=1,
         **start,
@@ -67,21 +70,23 @@ async def stream_batches(
         created = await js.add_consumer(EVENTS_STREAM, config)
     except (NatsError, TimeoutError) as exc:
         raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc!r}") from exc
-    consumer = await PullConsumer.on(js, EVENTS_STREAM, config.name).start()
+    consumer = await RawPull(nc, EVENTS_STREAM, config.name).start()
     try:
         pending = created.num_pending
         while pending:
             raws = []
-            for msg in await consumer.fetch(batch, FETCH_TIMEOUT_S):
-                meta = msg.metadata
-                seq = meta.sequence.stream
+            try:
+                deliveries = await consumer.fetch(batch, FETCH_TIMEOUT_S)
+            except ReadError as exc:
+                raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
+            for seq, left, subject, data in deliveries:
                 if seq > last:
                     pending = 0  # past the end this replay was asked for
                     break
-                raws.append(Raw(seq, msg.subject, msg.data))
+                raws.append(Raw(seq, subject, data))
                 # What the server still held for this consumer when it sent the message:
                 # 0 means every selected message was delivered, and these arrive in order.
-                pending = meta.num_pending
+                pending = left
             if raws:
                 yield raws
     finally:

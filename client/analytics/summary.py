@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.errors import NothingSelected
 from lodestream.client.analytics.figures.backlog import Backlog, backlog
 from lodestream.client.analytics.figures.common import Unavailable
@@ -75,6 +76,12 @@ def summarize(loaded: Loaded, bin_s: float | None = None) -> Summary:
         raise _nothing(loaded)
     window = window_of(loaded)
     bins = Bins.over(window, bin_s)
+    with collector_paused():
+        return _figures(loaded, window, bins)
+
+
+def _figures(loaded: Loaded, window: Window, bins: Bins) -> Summary:
+    timelines = loaded.timelines
     jobs = list(timelines.jobs.values())
     sessions, batches = timelines.sessions.values(), timelines.batches.values()
     return Summary(

@@ -3,7 +3,8 @@
 EventLogError
 ├── ConflictError        compare-and-set lost: the aggregate moved on (JetStream 10071)
 ├── StreamConfigError    a stream exists with settings that cannot be updated in place
-└── AppendError          any other refusal or timeout from JetStream
+├── AppendError          any other refusal or timeout from JetStream
+└── ReadError            a delivery to a reader that is no message of a stream
 """
 
 from __future__ import annotations
@@ -32,3 +33,7 @@ class StreamConfigError(EventLogError):
 
 class AppendError(EventLogError):
     """JetStream refused or did not acknowledge an append."""
+
+
+class ReadError(EventLogError):
+    """A pull consumer's inbox received something that is no message of its stream."""

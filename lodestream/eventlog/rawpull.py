@@ -1,0 +1,174 @@
+"""A pull consumer for bulk readers, taking its deliveries as bytes, not as nats-py messages.
+
+nats-py builds a :class:`~nats.aio.msg.Msg` for every delivery: it parses the header block
+into a dict (every event on ``EVENTS`` carries ``Nats-Msg-Id``), decodes the reply subject,
+queues the message, and a reader then splits the reply again for the stream sequence. For
+a replay of the whole log that is about half the cost of reading it. :class:`RawPull`
+takes the deliveries to its own inbox straight from the connection's protocol parser and
+keeps only what a bulk reader needs: the stream sequence and the count still pending
+(both from the ``$JS.ACK`` reply subject), the subject and the body. Headers are not read,
+except a status line that ends a pull request. Every other subscription on the connection
+is delivered by nats-py as before.
+
+As in :class:`~lodestream.eventlog.pull.PullConsumer`, only the first message of a batch is
+waited for; unlike it, the next batch is asked for before this one is handed out, so the
+server sends while the reader works (the consumer must allow two waiting pull requests).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Coroutine
+from typing import Any, Final, NamedTuple
+
+from nats.aio.client import Client
+
+from lodestream.eventlog.errors import ReadError
+from lodestream.schemas.topology import next_subject
+
+Take = Callable[[bytes, bytes, bytes, bytes | None], None]
+# nats-py types the headers as bytes, but passes None for a message without any.
+ProcessMsg = Callable[..., Coroutine[Any, Any, None]]
+
+_ROUTES: Final = "_lodestream_raw_routes"
+_ACK_PREFIX: Final = b"$JS.ACK."
+_V1_TOKENS: Final = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<ts>.<pending>
+_V2_SHIFT: Final = 2  # a domain and an account hash come after $JS.ACK
+_STATUS_AT: Final = len(b"NATS/1.0 ")  # an inline status: "NATS/1.0 408 Request Timeout"
+_ENDS_REQUEST: Final = frozenset({b"404", b"408", b"409"})  # no messages, expired, changed
+
+
+class Delivery(NamedTuple):
+    """One message of the stream: its sequence, how many the consumer still held, its
+    subject and body."""
+
+    seq: int
+    pending: int
+    subject: str
+    data: bytes
+
+
+class RawPull:
+    """A pull consumer on ``nc`` for the durable or ephemeral consumer ``name`` of ``stream``.
+
+    :meth:`start` before fetching, :meth:`stop` always.
+    """
+
+    def __init__(self, nc: Client, stream: str, name: str) -> None:
+        self._nc = nc
+        self._subject = next_subject(stream, name)
+        self._sid: int | None = None
+        self._inbox = ""
+        self._got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
+        self._waiter: asyncio.Future[None] | None = None
+        self._remaining = 0  # messages the open pull requests may still deliver
+        self._open_until = 0.0
+
+    async def start(self) -> RawPull:
+        self._inbox = self._nc.new_inbox()
+        # Subscribed through nats-py, so the server routes the inbox here and a reconnect
+        # subscribes it again; its deliveries never reach the subscription's queue.
+        sub = await self._nc.subscribe(self._inbox)
+        self._sid = sub._id
+        _routes(self._nc)[sub._id] = self._take
+        return self
+
+    async def stop(self) -> None:
+        if self._sid is None:
+            return
+        sid, self._sid = self._sid, None
+        # Unsubscribed first: what the open requests still send until the server has the
+        # UNSUB comes here and is dropped, never into nats-py's queue for the inbox.
+        sub = self._nc._subs.get(sid)
+        if sub is not None:
+            await sub.unsubscribe()
+        _unroute(self._nc, sid)
+
+    async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
+        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
+        loop = asyncio.get_running_loop()
+        got = self._drain(batch)
+        # The next batch is asked for while this one is worked on, so that the server is
+        # sending it meanwhile: two requests may be open (the consumer's max_waiting ≥ 2).
+        if self._remaining < batch or loop.time() > self._open_until:
+            request = {"batch": batch, "expires": int(timeout * 1e9)}
+            self._remaining = max(self._remaining, 0) + batch
+            self._open_until = loop.time() + timeout + 1.0
+            await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
+        if not got:
+            if not self._got:
+                self._waiter = loop.create_future()
+                try:
+                    await asyncio.wait_for(self._waiter, timeout)
+                except TimeoutError:
+                    return []
+                finally:
+                    self._waiter = None
+            got = self._drain(batch)
+        return got
+
+    def _take(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
+        # Called by the protocol parser for every delivery: nothing here but keeping it.
+        self._got.append((subject, reply, data, headers))
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _drain(self, limit: int) -> list[Delivery]:
+        """Up to ``limit`` messages of what arrived, status messages accounted and left out."""
+        got = self._got
+        deliveries: list[Delivery] = []
+        append = deliveries.append
+        taken = 0
+        for subject, reply, data, headers in got:
+            taken += 1
+            if headers is not None and not data and headers[_STATUS_AT - 1 : _STATUS_AT] == b" ":
+                if headers[_STATUS_AT : _STATUS_AT + 3] in _ENDS_REQUEST:
+                    self._remaining = 0
+                continue  # a heartbeat or flow control: nothing of the stream
+            self._remaining -= 1
+            append(_delivery(subject, reply, data))
+            if len(deliveries) == limit:
+                break
+        del got[:taken]
+        return deliveries
+
+
+def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
+    tokens = reply.split(b".")
+    shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT
+    if not reply.startswith(_ACK_PREFIX) or len(tokens) < _V1_TOKENS + shift:
+        raise ReadError(f"not a JetStream delivery: reply subject {reply!r}")
+    return Delivery(int(tokens[5 + shift]), int(tokens[8 + shift]), subject.decode(), data)
+
+
+def _routes(nc: Client) -> dict[int, Take]:
+    """The connection's raw routes by subscription id, installed in front of its delivery."""
+    routes: dict[int, Take] | None = nc.__dict__.get(_ROUTES)
+    if routes is None:
+        routes = {}
+        deliver: ProcessMsg = nc._process_msg
+        route = routes.get
+
+        async def process_msg(
+            sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes | None
+        ) -> None:
+            take = route(sid)
+            if take is None:
+                await deliver(sid, subject, reply, data, headers)
+            else:
+                take(subject, reply, data, headers)
+
+        # The parser calls the connection's _process_msg for every MSG and HMSG it reads.
+        nc.__dict__[_ROUTES] = routes
+        nc.__dict__["_process_msg"] = process_msg
+    return routes
+
+
+def _unroute(nc: Client, sid: int) -> None:
+    routes: dict[int, Take] = nc.__dict__.get(_ROUTES, {})
+    routes.pop(sid, None)
+    if not routes:  # the last raw reader gone: nats-py's own delivery, untouched
+        nc.__dict__.pop(_ROUTES, None)
+        nc.__dict__.pop("_process_msg", None)
