@@ -30,17 +30,20 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection
 
-from lodestream.eventlog.pull import CONNECTION_ERRORS, PullConsumer, PullLoop
+from lodestream.eventlog.pull import CONNECTION_ERRORS, PullConsumer, PullLoop, stream_seq
+from lodestream.schemas.subjects import HB_STREAM
+from lodestream.services.projector.cache import FoldCache
 from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
 from lodestream.services.projector.projection import (
     Changes,
+    Known,
     Projection,
     batch_ids_to_load,
     job_ids_to_load,
     xfer_ids_to_load,
 )
 from lodestream.services.projector.rows import QuarantineRow
-from lodestream.services.projector.store import ProjectionStore
+from lodestream.services.projector.store import Position, ProjectionStore
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +51,21 @@ log = logging.getLogger(__name__)
 def raw_from_msg(stream: str, msg: Any) -> RawMessage:
     return RawMessage(
         stream=stream,
-        seq=msg.metadata.sequence.stream,
+        seq=stream_seq(msg),
         subject=msg.subject,
         data=msg.data,
-        headers=dict(msg.headers) if msg.headers else None,
+        # Only HB's markers are read by their headers; an event's are the publisher's own.
+        headers=dict(msg.headers) if msg.headers and stream == HB_STREAM else None,
     )
 
 
 # Errors that depend on a message's content (a value out of range, text Postgres cannot
 # encode, a duplicate key), not on Postgres being up or granted: retrying cannot help.
 UNSTORABLE = (psycopg.DataError, psycopg.IntegrityError)
+
+# Jobs whose progress the live projector keeps between batches (see cache.py): a few
+# hundred bytes each, enough for the jobs of the last minutes at the target rate.
+CACHED_JOBS = 50_000
 
 
 def _first_line(exc: BaseException) -> str:
@@ -117,6 +125,7 @@ class Projector:
         self._store = store
         self._contiguous = contiguous
         self._conn: AsyncConnection[Any] | None = None
+        self._cache = FoldCache(CACHED_JOBS)
         self.applied = 0
         self.unstorable = 0
 
@@ -131,8 +140,13 @@ class Projector:
             await pulling.run(functools.partial(self._on_batch, sub, stop), stop)
         finally:
             await sub.stop()
-            if self._conn is not None:
-                await self._conn.close()
+            await self.close()
+
+    async def close(self) -> None:
+        """Close the Postgres connection (:meth:`run` does on its way out)."""
+        if self._conn is not None:
+            await self._conn.close()
+            self._conn = None
 
     async def _on_batch(self, sub: PullConsumer, stop: asyncio.Event, msgs: list[Msg]) -> None:
         """Apply a batch, then ack it with its last message (AckAll)."""
@@ -254,22 +268,37 @@ class Projector:
             # The read model is derived from the log: a commit lost in a crash is re-applied
             # from NATS, so waiting for the WAL flush would buy nothing.
             await conn.execute("SET LOCAL synchronous_commit = off")
-            position = await self._store.lock_position(conn, self._stream)
-            pending = [(r, d) for r, d in zip(raws, decoded, strict=True) if r.seq > position]
+            position = await self._store.lock(conn, self._stream)
+            pending = [(r, d) for r, d in zip(raws, decoded, strict=True) if r.seq > position.seq]
             if not pending:
                 return
-            if self._contiguous and pending[0][0].seq != position + 1:
-                raise Gap(position)
+            if self._contiguous and pending[0][0].seq != position.seq + 1:
+                raise Gap(position.seq)
             events = [d for _, d in pending if not isinstance(d, QuarantineRow)]
-            known = await self._store.load_known(
-                conn, job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
-            )
+            known = await self._known(conn, position, events)
             changes = Changes()
             projection = Projection(known, changes)
             for raw, item in pending:
                 projection.fold(raw, item)
-            await self._store.write(conn, changes)
+            written = await self._store.write(conn, changes)
+        self._cache.keep(known, changes, written[self._stream])
         self.applied += len(pending)
         if changes.quarantine:
             for q in changes.quarantine:
                 log.warning("quarantined %s seq %d (%s): %s", q.stream, q.seq, q.subject, q.reason)
+
+    async def _known(
+        self, conn: AsyncConnection[Any], position: Position, events: list[Decoded]
+    ) -> Known:
+        """What the batch folds onto: the cache, completed from Postgres, or all from Postgres."""
+        jobs, batches, xfers = (
+            job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
+        )  # fmt: skip
+        known = self._cache.take(position)
+        if known is None:
+            return await self._store.load_known(conn, jobs, batches, xfers)
+        await self._store.load_into(
+            conn, known, jobs - known.jobs.keys(), batches - known.batch_states.keys(),
+            xfers - known.xfer_states.keys(),
+        )  # fmt: skip
+        return known

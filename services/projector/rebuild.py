@@ -3,7 +3,8 @@
 1. Create schema ``rm_rebuild`` with exactly the live tables (same metadata,
    schema translated), so index and constraint names match the migrations.
 2. Replay EVENTS then HB from sequence 1 with an ephemeral no-ack consumer,
-   holding every job in memory so each job row is written once.
+   holding every job in memory so each job row is written once; then build
+   the indexes other than the keys, once, over the loaded rows.
 3. Lock the live projector's position rows (the live projector waits),
    replay what arrived meanwhile, and in the same transaction rename
    ``rm`` away, ``rm_rebuild`` to ``rm`` and drop the old schema.
@@ -13,6 +14,7 @@ Readers see the old tables until the commit and the new ones after it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -26,6 +28,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection, sql
 from sqlalchemy import create_engine
+from sqlalchemy.schema import CreateIndex, CreateTable
 
 from lodestream.eventlog.pull import pull_consumer
 from lodestream.infra.postgres.tables import (
@@ -63,13 +66,36 @@ def sqlalchemy_url(dsn: str) -> str:
 
 
 def create_rebuild_schema(dsn: str) -> None:
+    """Schema ``rm_rebuild`` with the live tables and their keys, not yet their other indexes.
+
+    The bulk replay needs only the keys (its upserts and updates go by them); building each
+    other index once over the loaded rows (:func:`index_rebuild_schema`) is far cheaper than
+    maintaining it row by row, the GIN indexes on a million jobs above all.
+    """
     engine = create_engine(sqlalchemy_url(dsn))
     try:
         with engine.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {REBUILD_SCHEMA} CASCADE")
             conn.exec_driver_sql(f"CREATE SCHEMA {REBUILD_SCHEMA}")
             translated = conn.execution_options(schema_translate_map={READ_SCHEMA: REBUILD_SCHEMA})
-            metadata.create_all(translated, tables=list(READ_MODEL_TABLES))
+            for table in metadata.sorted_tables:  # referenced tables first
+                if table in READ_MODEL_TABLES:
+                    translated.execute(CreateTable(table))
+    finally:
+        engine.dispose()
+
+
+def index_rebuild_schema(dsn: str) -> None:
+    """Create the indexes :func:`create_rebuild_schema` left out (same metadata, same names)."""
+    engine = create_engine(sqlalchemy_url(dsn))
+    try:
+        with engine.begin() as conn:
+            # Room to sort a million jobs' keys in memory, for this transaction only.
+            conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '256MB'")
+            translated = conn.execution_options(schema_translate_map={READ_SCHEMA: REBUILD_SCHEMA})
+            for table in READ_MODEL_TABLES:
+                for index in sorted(table.indexes, key=lambda i: str(i.name)):
+                    translated.execute(CreateIndex(index))
     finally:
         engine.dispose()
 
@@ -137,6 +163,7 @@ class Rebuild:
                 positions[stream] = await self._replay(conn, stream, 1, last, bulk, keep_jobs=True)
             async with conn.transaction():
                 await self._store.write_jobs(conn, Changes(new_jobs=bulk.new_jobs))
+            await asyncio.to_thread(index_rebuild_schema, self._dsn)
             # Phase 2: stop the live projector at a batch boundary, catch up, swap.
             async with conn.transaction():
                 live = ProjectionStore(READ_SCHEMA)

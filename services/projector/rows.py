@@ -57,7 +57,9 @@ class JobProgress:
         return self.view.updated_at
 
     def stage_times_json(self) -> str:
-        return jsonb({k: v.isoformat() for k, v in sorted(self.view.stage_times.items())})
+        # orjson writes an aware datetime as isoformat() does (validated events carry
+        # whole-minute offsets), ten times faster; jsonb keeps keys in its own order anyway.
+        return orjson.dumps(self.view.stage_times).decode()
 
     def to_copy(self) -> tuple[Any, ...]:
         v = self.view
@@ -112,7 +114,9 @@ class JobRecord:
         )  # fmt: skip
 
 
-@dataclass(frozen=True, slots=True)
+# Not frozen: a frozen dataclass sets each field through object.__setattr__, four times
+# the cost of a plain one, and one of these is made for every job event folded.
+@dataclass(slots=True)
 class JobEventRow:
     seq: int
     job_id: uuid.UUID

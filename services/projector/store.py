@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, LiteralString
 
 from psycopg import AsyncConnection, sql
@@ -115,6 +116,18 @@ _OPS: Final[dict[str, LiteralString]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class Position:
+    """A stream's applied sequence, and which transaction last wrote it (the row's xmin).
+
+    Equal positions mean nobody else wrote the row in between: no other projector, no
+    rebuild swapping its tables in (the live projector's cache relies on that).
+    """
+
+    seq: int
+    writer: int
+
+
 def _q(template: LiteralString, schema: str) -> sql.Composed:
     return sql.SQL(template).format(s=sql.Identifier(schema))
 
@@ -131,6 +144,10 @@ class ProjectionStore:
 
     async def lock_position(self, conn: AsyncConnection[Any], stream: str) -> int:
         """Lock and return the applied sequence of ``stream``; serialises projector writers."""
+        return (await self.lock(conn, stream)).seq
+
+    async def lock(self, conn: AsyncConnection[Any], stream: str) -> Position:
+        """Lock the position row of ``stream``; return it with the transaction that wrote it."""
         await conn.execute(
             _q(
                 "INSERT INTO {s}.projector_position (stream, seq, updated_at) "
@@ -140,12 +157,16 @@ class ProjectionStore:
             (stream,),
         )
         cursor = await conn.execute(
-            _q("SELECT seq FROM {s}.projector_position WHERE stream = %s FOR UPDATE", self.schema),
+            _q(
+                "SELECT seq, xmin::text::bigint FROM {s}.projector_position "
+                "WHERE stream = %s FOR UPDATE",
+                self.schema,
+            ),
             (stream,),
         )
         row = await cursor.fetchone()
         assert row is not None
-        return int(row[0])
+        return Position(int(row[0]), int(row[1]))
 
     async def load_known(
         self,
@@ -154,7 +175,24 @@ class ProjectionStore:
         batch_ids: Iterable[uuid.UUID] = (),
         xfer_ids: Iterable[uuid.UUID] = (),
     ) -> Known:
+        """What a batch naming these aggregates folds onto, the live sites' owners included."""
         known = Known()
+        cursor = await conn.execute(
+            _q("SELECT name, owner FROM {s}.sites WHERE removed_at IS NULL", self.schema)
+        )
+        known.site_owners = dict(await cursor.fetchall())
+        await self.load_into(conn, known, job_ids, batch_ids, xfer_ids)
+        return known
+
+    async def load_into(
+        self,
+        conn: AsyncConnection[Any],
+        known: Known,
+        job_ids: Iterable[uuid.UUID],
+        batch_ids: Iterable[uuid.UUID] = (),
+        xfer_ids: Iterable[uuid.UUID] = (),
+    ) -> None:
+        """Add the rows of these aggregates to ``known`` (ids without a row add nothing)."""
         items = list(xfer_ids)
         if items:
             cursor = await conn.execute(
@@ -163,16 +201,16 @@ class ProjectionStore:
                 ),
                 (items,),
             )
-            known.xfer_states = {
-                row[0]: (row[1], TransferState(row[2])) for row in await cursor.fetchall()
-            }
+            for row in await cursor.fetchall():
+                known.xfer_states[row[0]] = (row[1], TransferState(row[2]))
         wanted = list(batch_ids)
         if wanted:
             cursor = await conn.execute(
                 _q("SELECT id, state FROM {s}.batch_jobs WHERE id = ANY(%s)", self.schema),
                 (wanted,),
             )
-            known.batch_states = {row[0]: BatchJobState(row[1]) for row in await cursor.fetchall()}
+            for row in await cursor.fetchall():
+                known.batch_states[row[0]] = BatchJobState(row[1])
         ids = list(job_ids)
         if ids:
             select = sql.SQL("SELECT id, site, {cols} FROM {s}.jobs WHERE id = ANY(%s)").format(
@@ -182,13 +220,9 @@ class ProjectionStore:
             for row in await cursor.fetchall():
                 progress = JobProgress.from_row(row)
                 known.jobs[progress.view.id] = progress
-        cursor = await conn.execute(
-            _q("SELECT name, owner FROM {s}.sites WHERE removed_at IS NULL", self.schema)
-        )
-        known.site_owners = dict(await cursor.fetchall())
-        return known
 
-    async def write(self, conn: AsyncConnection[Any], changes: Changes) -> None:
+    async def write(self, conn: AsyncConnection[Any], changes: Changes) -> dict[str, Position]:
+        """Write ``changes``; return the positions written, each with this transaction's id."""
         await self.write_jobs(conn, changes)
         for op in changes.ops:
             await self._execute(conn, op)
@@ -203,15 +237,20 @@ class ProjectionStore:
                     ),
                     [(q.stream, q.seq, q.subject, q.reason, q.raw) for q in changes.quarantine],
                 )
+        written: dict[str, Position] = {}
         for stream, seq in changes.last_seq.items():
-            await conn.execute(
+            cursor = await conn.execute(
                 _q(
                     "UPDATE {s}.projector_position SET seq = GREATEST(seq, %s), updated_at = now() "
-                    "WHERE stream = %s",
+                    "WHERE stream = %s RETURNING seq, xmin::text::bigint",
                     self.schema,
                 ),
                 (seq, stream),
             )
+            row = await cursor.fetchone()
+            if row is not None:
+                written[stream] = Position(int(row[0]), int(row[1]))
+        return written
 
     async def write_jobs(self, conn: AsyncConnection[Any], changes: Changes) -> None:
         cursor = conn.cursor()

@@ -22,7 +22,7 @@ import lodestream.infra.postgres
 from lodestream.infra.postgres.migrate import upgrade
 from lodestream.infra.postgres.roles import API, CONTROLLER, PROJECTOR, SERVICE_ROLES, apply_roles
 from lodestream.infra.postgres.server import EmbeddedPostgres, set_password
-from lodestream.services.projector.rebuild import create_rebuild_schema
+from lodestream.services.projector.rebuild import create_rebuild_schema, index_rebuild_schema
 from tests.fixtures.postgres import FAST_SETTINGS, postgres_tempdir, start_server
 
 TEMPLATE = "roles_template"
@@ -135,10 +135,11 @@ def test_the_projector_can_rebuild_and_the_readers_still_read(db: Database) -> N
     create_rebuild_schema(db.url(PROJECTOR))
     with db.connect(PROJECTOR) as conn:
         _insert_job(conn, "rm_rebuild")
-        with conn.transaction():
-            conn.execute("ALTER SCHEMA rm RENAME TO rm_retired")
-            conn.execute("ALTER SCHEMA rm_rebuild RENAME TO rm")
-            conn.execute("DROP SCHEMA rm_retired CASCADE")
+    index_rebuild_schema(db.url(PROJECTOR))  # after the bulk load, as the projector's role
+    with db.connect(PROJECTOR) as conn, conn.transaction():
+        conn.execute("ALTER SCHEMA rm RENAME TO rm_retired")
+        conn.execute("ALTER SCHEMA rm_rebuild RENAME TO rm")
+        conn.execute("DROP SCHEMA rm_retired CASCADE")
 
     for role in (API, CONTROLLER):
         with db.connect(role) as conn:

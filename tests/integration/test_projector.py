@@ -9,12 +9,15 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import EventLog
+from lodestream.infra.postgres.tables import READ_SCHEMA
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobReady, JobStarted
 from lodestream.schemas.events.job import StartedData
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector.consumer import Projector
 from lodestream.services.projector.messages import RawMessage
 from lodestream.services.projector.rebuild import Rebuild
+from lodestream.services.projector.store import ProjectionStore
 from tests.support.builders import (
     job_created,
     lifecycle,
@@ -115,6 +118,35 @@ async def test_redelivered_batch_is_a_no_op(js: JetStreamContext, database_url: 
     assert await table_digest(database_url) == before
 
 
+async def test_a_projector_folds_onto_what_another_writer_committed_not_its_cache(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    created = job_created(SITE, OWNER)
+    events = [site_registered(SITE, OWNER), created, *lifecycle(created)]
+    last = await append_all(log, events)
+    raws = [
+        RawMessage(EVENTS_STREAM, seq, m.subject or "", m.data or b"")
+        for seq in range(1, last + 1)
+        for m in [await js.get_msg(EVENTS_STREAM, seq)]
+    ]
+    first, other = (
+        Projector(js, database_url, stream=EVENTS_STREAM, durable=name, batch_size=10,
+                  fetch_timeout_s=0.2, store=ProjectionStore(READ_SCHEMA))
+        for name in ("first", "other")
+    )  # fmt: skip
+    try:
+        # ``first`` keeps what it folded; ``other`` moves the job on behind its back.
+        assert await first.apply(raws[:3])
+        assert await other.apply(raws[3:4])
+        assert await first.apply(raws[4:])
+    finally:
+        await first.close()
+        await other.close()
+    assert await fetch(database_url, "SELECT count(*) FROM rm.quarantine") == [(0,)]
+    assert await fetch(database_url, "SELECT state FROM rm.jobs") == [("JOB_FINISHED",)]
+
+
 async def test_bad_events_are_quarantined_and_the_projector_carries_on(
     js: JetStreamContext, database_url: str
 ) -> None:
@@ -174,6 +206,8 @@ async def test_rebuild_swaps_in_under_a_running_projector(
     last = await workload(log, jobs=30)
     await js.publish(f"evt.{SITE}.job.{uuid.uuid4()}.ready", b"garbage")  # quarantined
     last += 1
+    indexes = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'rm' ORDER BY 1"
+    migrated = await fetch(database_url, indexes)
     async with running_projector(js, database_url):
         await wait_for_position(database_url, last)
         live = await table_digest(database_url)
@@ -181,6 +215,8 @@ async def test_rebuild_swaps_in_under_a_running_projector(
         assert report.positions[EVENTS_STREAM] == last
         assert report.quarantined == 1
         assert await table_digest(database_url) == live
+        # The indexes the rebuild built after its bulk load are the migrations' own.
+        assert await fetch(database_url, indexes) == migrated
         # The live projector carries on against the swapped-in tables.
         more = await workload_more(log)
         await wait_for_position(database_url, more)
