@@ -31,12 +31,12 @@ import pytest
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.append import Appended
 from lodestream.infra.postgres.migrate import upgrade
+from lodestream.schemas.events.job import CreatedData, JobCreated
 from lodestream.schemas.states import CREATED_RUNNABLE
 from tests.chaos.verify import read_log
 from tests.containers.hostside import OWNER, SITE, Run, Target, running
 from tests.fixtures.containers import ContainerCluster, PostgresContainer
 from tests.fixtures.nats import SecureNats
-from tests.support.builders import job_created
 
 pytestmark = [
     pytest.mark.slow,
@@ -68,10 +68,12 @@ async def until_finished(dsn: str, ids: list[uuid.UUID], poll_s: float) -> None:
             await asyncio.sleep(poll_s)
 
 
-def noop(tag: str, i: int) -> Any:
+def noop(tag: str, i: int) -> JobCreated:
     # Created runnable, as the API creates a job of an app with no hook and no staging.
-    return job_created(SITE, OWNER, app="sleeper", workdir=f"{tag}/{i}",
+    data = CreatedData(site=SITE, app="sleeper", workdir=f"{tag}/{i}",
                        parameters={"seconds": "0"}, skipped=CREATED_RUNNABLE)  # fmt: skip
+    return JobCreated.create(site=SITE, aggregate_id=uuid.uuid4(), actor=f"user:{OWNER}",
+                             data=data)  # fmt: skip
 
 
 async def throughput(run: Run, n: int) -> dict[str, float]:
