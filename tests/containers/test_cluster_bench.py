@@ -92,9 +92,11 @@ async def throughput(run: Run, n: int) -> dict[str, float]:
 
 async def latency(run: Run, n: int) -> dict[str, float]:
     """Submit → RUNNING (job.created → job.started, the producers' clocks on this host)."""
-    jobs = [noop("latency", i) for i in range(n)]
+    jobs = []
     log = EventLog(run.js)
-    for job in jobs:
+    for i in range(n):
+        job = noop("latency", i)  # made now: its occurred_at is when it is submitted
+        jobs.append(job)
         await log.append(job, expect=0)
         await until_finished(run.dsn, [job.aggregate_id], poll_s=0.01)
     events = await read_log(run.js)
