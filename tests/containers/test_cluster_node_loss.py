@@ -11,7 +11,6 @@ and the read model must equal a rebuild. How long appends stalled is printed.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.chaos.verify import summary
 from tests.chaos.workload import submit_waves, workload
 from tests.containers.hostside import (
+    FAULT_TEST_MARKS,
     OWNER,
     SITE,
     controller_retries,
@@ -41,13 +41,7 @@ from tests.support.chaos import ChaosPlan
 # (fixed: it beats while it retries, and renews a session expired before it opened;
 # tests/integration/test_launcher_open_election.py). Whether the pilot opens before or
 # during the election is down to timing here. `make cluster-faults` runs it.
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("LODE_CLUSTER_FAULTS") != "1",
-        reason="set LODE_CLUSTER_FAULTS=1 (make cluster-faults): not yet reliable, see the module",
-    ),
-]
+pytestmark = FAULT_TEST_MARKS
 
 
 PLAN = ChaosPlan(jobs=200, run_s=(0.1, 0.3), pilots=1)

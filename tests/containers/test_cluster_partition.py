@@ -25,6 +25,7 @@ from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.chaos.verify import summary
 from tests.chaos.workload import submit_waves, workload
 from tests.containers.hostside import (
+    FAULT_TEST_MARKS,
     OWNER,
     SITE,
     controller_retries,
@@ -39,13 +40,7 @@ from tests.fixtures.containers import ContainerCluster, PostgresContainer
 from tests.support.chaos import ChaosPlan
 
 # Opt-in with the node-loss test: timing-dependent on a 2-core machine (see its module).
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(
-        os.environ.get("LODE_CLUSTER_FAULTS") != "1",
-        reason="set LODE_CLUSTER_FAULTS=1 (make cluster-faults, make cluster-test)",
-    ),
-]
+pytestmark = FAULT_TEST_MARKS
 JOBS = int(os.environ.get("LODE_CLUSTER_JOBS", "300"))
 PLAN = ChaosPlan(jobs=JOBS, run_s=(0.05, 0.1, 0.2), pilots=1)
 WAVES = 20
