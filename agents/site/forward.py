@@ -87,12 +87,12 @@ class Forwarder:
         try:
             subject = event_subject(msg.subject)
             event = check_own_site(event_from_message(subject, msg.data), self._site)
+            expect = expected(msg.headers)  # a garbled header is as untrusted as a payload
         except (Untrusted, ValueError) as exc:
             self.report.untrusted += 1
             log.warning("forwarder: dropped %s: %s", msg.subject, exc)
             await msg.term()
             return
-        expect = expected(msg.headers)
         tries = 0
         while not stop.is_set():
             try:
