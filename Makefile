@@ -158,12 +158,12 @@ chaos: $(STAMP) ## Chaos under load: every component SIGKILLed in turn (CHAOS_JO
 	LODE_CHAOS_JOBS=$(CHAOS_JOBS) LODE_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(BIN)/pytest -q -s tests/chaos $(PYTEST_ARGS)
 
 .PHONY: cluster-faults
-cluster-faults: $(STAMP) ## The 3-node cluster in containers: a node killed, a node partitioned, Postgres restarted (root)
-	LODE_CLUSTER_FAULTS=1 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
+cluster-faults: $(STAMP) ## Only the container tests (also in make test): a node killed, a node partitioned, Postgres restarted (root)
+	$(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
 
 .PHONY: cluster-test
 cluster-test: $(STAMP) ## The long versions: container faults at 2,000 jobs (root), a leaf site through a 60 s WAN cut
-	LODE_CLUSTER_FAULTS=1 LODE_CLUSTER_JOBS=2000 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
+	LODE_CLUSTER_JOBS=2000 $(BIN)/pytest -q -s tests/containers $(PYTEST_ARGS)
 	LODE_LEAF_CUT_S=$(LEAF_CUT_S) $(BIN)/pytest -q -s tests/integration/test_leaf_site.py $(PYTEST_ARGS)
 
 .PHONY: leaf-cut

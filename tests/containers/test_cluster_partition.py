@@ -39,7 +39,6 @@ from tests.containers.stall import StallProbe
 from tests.fixtures.containers import ContainerCluster, PostgresContainer
 from tests.support.chaos import ChaosPlan
 
-# Opt-in with the node-loss test: timing-dependent on a 2-core machine (see its module).
 pytestmark = FAULT_TEST_MARKS
 JOBS = int(os.environ.get("LODE_CLUSTER_JOBS", "300"))
 PLAN = ChaosPlan(jobs=JOBS, run_s=(0.05, 0.1, 0.2), pilots=1)
