@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 
 from lodestream.agents.launcher.decide import PilotBatch
 from lodestream.agents.launcher.diffusion import Diffusion, build, caches_reachable
@@ -30,6 +31,9 @@ from lodestream.platform_adapters.errors import DiscoveryError
 from lodestream.platform_adapters.schedulers.environment import own_job_id
 
 log = logging.getLogger(__name__)
+
+DRAIN_MARGIN_S: Final = 30.0  # Slurm's default KillWait: as long as a scheduler waits to kill
+DRAIN_MARGIN_FRACTION: Final = 0.1  # a short pilot gives up less of its time
 
 
 async def run(
@@ -57,7 +61,8 @@ async def run(
         plan = plan_pilot(settings, mode=mode)
     nodes = list(plan.nodes)
     wall_s = await asyncio.to_thread(_wall_time_s, plan.machine, wall_time_min)
-    deadline = time.monotonic() + wall_s  # the batch job's clock starts now
+    # The batch job's clock starts now; the pilot drains a little before it runs out.
+    deadline = time.monotonic() + wall_s - drain_margin_s(wall_s)
     if stop is None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -145,6 +150,18 @@ def _diffusion(
 def _revoke(launcher: Launcher, stop: asyncio.Event) -> None:
     launcher.revoked()  # first, so that stopping kills the tasks instead of draining them
     stop.set()
+
+
+def drain_margin_s(wall_s: float) -> float:
+    """How long before its wall time runs out the pilot stops leasing and drains.
+
+    The scheduler signals the batch job at its wall time and kills it a few seconds later
+    (Slurm's ``KillWait``, 30 s by default, 2 s in the tests). Draining exactly then races
+    that kill: a pilot slowed by a busy node could be killed before it reports the tasks it
+    stopped, and they would wait for its session to expire instead of being timed out at
+    once. Draining ahead leaves time to stop the tasks and append their results.
+    """
+    return min(DRAIN_MARGIN_S, wall_s * DRAIN_MARGIN_FRACTION)
 
 
 def _wall_time_s(machine: Machine, wall_time_min: float) -> float:
