@@ -9,7 +9,7 @@ a rebuild, and every node must hold the same copy of EVENTS. Printed: how long a
 stalled at the partition, how long the healed node took to hold the stream again, how
 long Postgres was away.
 
-``LODE_CLUSTER_JOBS`` sets the run's size (300 here; ``make cluster-test`` runs 2,000).
+``LODE_CLUSTER_JOBS`` sets the run's size (200 here; ``make cluster-test`` runs 2,000).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from tests.fixtures.containers import ContainerCluster, PostgresContainer
 from tests.support.chaos import ChaosPlan
 
 pytestmark = FAULT_TEST_MARKS
-JOBS = int(os.environ.get("LODE_CLUSTER_JOBS", "300"))
+JOBS = int(os.environ.get("LODE_CLUSTER_JOBS", "200"))
 PLAN = ChaosPlan(jobs=JOBS, run_s=(0.05, 0.1, 0.2), pilots=1)
 WAVES = 20
 WAVE_SPACING_S = 0.5
