@@ -70,8 +70,11 @@ async def until_finished(dsn: str, ids: list[uuid.UUID], poll_s: float) -> None:
 
 def noop(tag: str, i: int) -> JobCreated:
     # Created runnable, as the API creates a job of an app with no hook and no staging.
+    # 64 to a node, as bench.lifecycle's: without it each job took the pilot's one node
+    # alone and the jobs ran one at a time, whatever NATS did.
     data = CreatedData(site=SITE, app="sleeper", workdir=f"{tag}/{i}",
-                       parameters={"seconds": "0"}, skipped=CREATED_RUNNABLE)  # fmt: skip
+                       parameters={"seconds": "0"}, node_packing_count=64,
+                       skipped=CREATED_RUNNABLE)  # fmt: skip
     return JobCreated.create(site=SITE, aggregate_id=uuid.uuid4(), actor=f"user:{OWNER}",
                              data=data)  # fmt: skip
 
