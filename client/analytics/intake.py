@@ -73,13 +73,19 @@ class IntakeReport:
             if seq >= listed[-1].seq:
                 return
             listed.pop()
+        refusal = Refusal(seq, subject, stage, reason)
         # After any of the same sequence (the unreadable lines of a copy share 0): in order read.
-        bisect.insort_right(listed, Refusal(seq, subject, stage, reason), key=_seq_of)
-        log.warning("skipped event %d on %s (%s): %s", seq, subject, stage, reason)
+        bisect.insort_right(listed, refusal, key=_seq_of)
+        log_refusal(refusal)
 
     @property
     def skipped(self) -> int:
         return self.refused + self.illegal + self.unreadable
+
+
+def log_refusal(refusal: Refusal) -> None:
+    seq, subject, stage, reason = refusal.seq, refusal.subject, refusal.stage, refusal.reason
+    log.warning("skipped event %d on %s (%s): %s", seq, subject, stage, reason)
 
 
 def _seq_of(refusal: Refusal) -> int:
