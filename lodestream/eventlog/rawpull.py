@@ -102,8 +102,10 @@ class RawPull:
         _unroute(self._nc, sid)
 
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
-        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
+        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``
+        (none if all there is now are messages ``keep`` leaves out: see :attr:`position`)."""
         loop = asyncio.get_running_loop()
+        was = self.position
         got = self._drain(batch)
         # The next batch is asked for while this one is worked on, so that the server is
         # sending it meanwhile: two requests may be open (the consumer's max_waiting ≥ 2).
@@ -112,7 +114,9 @@ class RawPull:
             self._remaining = max(self._remaining, 0) + batch
             self._open_until = loop.time() + timeout + 1.0
             await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
-        if not got:
+        # Nothing kept but messages left out: the caller hears where the consumer is now
+        # rather than after the next message (there may be none: the range may end here).
+        if not got and self.position == was:
             if not self._got:
                 self._waiter = loop.create_future()
                 try:
