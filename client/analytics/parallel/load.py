@@ -8,7 +8,6 @@ merges the parts (:mod:`.merge`) into what one replay of the range gives.
 
 from __future__ import annotations
 
-import logging
 import os
 from typing import Final
 
@@ -26,16 +25,14 @@ from lodestream.client.analytics.stream import stream_span
 from lodestream.client.analytics.summary import Loaded
 from lodestream.settings import NatsSettings
 
-log = logging.getLogger(__name__)
-
 # Each process reads the whole range (the client parses every message, the server sends
 # every message once per process) and the parent unpickles every share's timelines, so a
 # split pays for itself only with cores to spare. Measured on a 2-core machine over
 # 1,000,000 events (bench.analytics; idle but for the bench): two processes replayed in
 # 31-34 s against 34-36 s for one, both cores then busy with the two readers and
-# nats-server, and with any other load on the machine the split lost outright (58-72 s
-# against 44-47 s). So by default a 2-core machine replays in one process; with more cores,
-# one process per core up to 4 (more would each add a full read for less and less).
+# nats-server; with other work on the machine it swung from a win (31 s against 39 s) to a
+# loss (52-65 s against 36-44 s). So by default a 2-core machine replays in one process;
+# with more cores, one process per core up to 4 (each more adds a full read of the range).
 DEFAULT_WORKERS: Final = 4
 SPLIT_FROM_CORES: Final = 3
 # Starting processes and sending timelines back costs about a second: over 100,000 events

@@ -63,11 +63,15 @@ class Shares:
         """Every share's part, in order of share (blocking); the first failure raised."""
         parts: dict[int, Loaded] = {}
         waiting = dict(zip(self._pipes, range(len(self._pipes)), strict=True))
-        while waiting:
-            for pipe in wait(list(waiting)):
-                assert isinstance(pipe, Connection)
-                share = waiting.pop(pipe)
-                parts[share] = self._received(share, pipe)
+        try:
+            while waiting:
+                for pipe in wait(list(waiting)):
+                    assert isinstance(pipe, Connection)
+                    share = waiting.pop(pipe)
+                    parts[share] = self._received(share, pipe)
+        finally:
+            for pipe in waiting:  # those of the shares still running, after a failure
+                pipe.close()
         return [parts[share] for share in range(len(self._pipes))]
 
     def _received(self, share: int, pipe: Connection) -> Loaded:
@@ -75,6 +79,10 @@ class Shares:
             outcome = pipe.recv()
         except EOFError:
             raise self._died(share) from None
+        except Exception as exc:  # what a process sends is this package's; a bug, in words
+            raise AnalyticsError(
+                f"replay process {share} sent what cannot be read: {exc!r}"
+            ) from exc
         finally:
             pipe.close()
         if isinstance(outcome, ShareFailure):
