@@ -1,6 +1,7 @@
 """Issue 14: event-replay analytics over a million events, read from a real stream.
 
-    python -m bench.analytics [--events 1000000] [--profile-events 100000] [--out bench/out]
+    python -m bench.analytics [--events 1000000] [--profile-events 100000] [--workers 1 2]
+                              [--out bench/out]
 
 Starts nats-server as the stack runs it (JetStream, the control plane's password user),
 appends ``--events`` realistic job events (:mod:`bench.analytics_events`: ~180,000 jobs on
@@ -11,9 +12,11 @@ a full pass over the stream from sequence 1 on the control plane's connection:
   what the transport costs;
 * **split**: the replay with the time inside the shared rule (decode and check,
   :func:`~lodestream.client.analytics.intake.accept`) and inside the fold measured apart;
-* **analytics**: :func:`~lodestream.client.analytics.load.load_stream` then
+* **analytics**: :func:`~lodestream.client.analytics.parallel.load_stream_parallel` then
   :func:`~lodestream.client.analytics.summary.summarize`, the headline (targets: ≤ 30 s in
-  all, ≥ 50,000 events/s into the analytics);
+  all, ≥ 50,000 events/s into the analytics), once per ``--workers`` count given, in that
+  order (1: the replay in this process, as ``load_stream``; more: split across processes,
+  at most one per core);
 * **profile**: the last ``--profile-events`` of the stream replayed under cProfile.
 
 The machine is shared: every figure is one run's, on whatever the others left free.
@@ -45,6 +48,11 @@ from lodestream.client.analytics.figures.latency import StageTable
 from lodestream.client.analytics.fold import TimelineFold
 from lodestream.client.analytics.intake import IntakeReport, accept
 from lodestream.client.analytics.load import load_stream
+from lodestream.client.analytics.parallel import (
+    default_workers,
+    load_stream_parallel,
+    usable_workers,
+)
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_batches
 from lodestream.client.analytics.summary import summarize
@@ -108,9 +116,9 @@ async def split(nc: Client) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def analytics(nc: Client) -> dict[str, Any]:
+async def analytics(nc: Client, settings: NatsSettings, workers: int) -> dict[str, Any]:
     started = time.perf_counter()
-    loaded = await load_stream(nc, Selection())
+    loaded = await load_stream_parallel(nc, settings, Selection(), workers=workers)
     replayed = time.perf_counter()
     summary = summarize(loaded)
     done = time.perf_counter()
@@ -119,7 +127,8 @@ async def analytics(nc: Client) -> dict[str, Any]:
     stages = summary.stages
     solution = stages.row("time to solution").spread if isinstance(stages, StageTable) else None
     return {
-        "events": n, "jobs": summary.jobs, "jobs_by_state": summary.jobs_by_state,
+        "workers": usable_workers(workers), "events": n, "jobs": summary.jobs,
+        "jobs_by_state": summary.jobs_by_state,
         "sessions": summary.sessions, "refused": loaded.intake.skipped,
         "replay_s": round(replay_s, 2), "replay_events_per_s": round(n / replay_s),
         "figures_s": round(figures_s, 2), "total_s": round(replay_s + figures_s, 2),
@@ -155,7 +164,9 @@ async def main_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             figures: dict[str, Any] = {"append": await append(nc, args.events)}
             figures["read"] = await read_only(nc)
             figures["split"] = await split(nc)
-            figures["analytics"] = await analytics(nc)
+            runs = {n: await analytics(nc, settings, n) for n in args.workers}
+            figures["analytics"] = runs[args.workers[0]]
+            figures["analytics_by_workers"] = runs
             last = figures["append"]["stream_last_seq"]
             figures["profiled"] = await profiled(nc, last, args.profile_events,
                                                  root / "analytics.prof")  # fmt: skip
@@ -163,12 +174,14 @@ async def main_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             await nc.close()
     finally:
         server.stop()
-    result = figures["analytics"]
+    by_workers: dict[int, dict[str, Any]] = figures["analytics_by_workers"]
     figures["summary"] = [
-        row("analytics over the stream, total", result["total_s"], "s", at_most=TOTAL_TARGET_S,
-            digits=1),
-        row("replay into the analytics", result["replay_events_per_s"], "events/s",
-            at_least=REPLAY_TARGET_PER_S),
+        *(row(f"analytics over the stream, total, {n} worker(s)", result["total_s"], "s",
+              at_most=TOTAL_TARGET_S, digits=1)
+          for n, result in by_workers.items()),
+        *(row(f"replay into the analytics, {n} worker(s)", result["replay_events_per_s"],
+              "events/s", at_least=REPLAY_TARGET_PER_S)
+          for n, result in by_workers.items()),
         row("read only (transport)", figures["read"]["events_per_s"], "events/s"),
         row("shared rule per event", figures["split"]["shared_rule_us_per_event"], "µs", digits=1),
         row("fold per event", figures["split"]["fold_us_per_event"], "µs", digits=1),
@@ -182,6 +195,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--profile-events", type=int, default=100_000)
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1, max(2, default_workers())],
+        help="replay processes, one analytics pass per count given",
+    )
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-analytics-") as tmp:

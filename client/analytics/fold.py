@@ -88,7 +88,7 @@ class TimelineFold:
         if kind == "job":
             folded = self._job(seq, event, at)
         elif kind == "session":
-            folded = self._session(event, at)
+            folded = self._session(seq, event, at)
         elif kind == "batch":
             folded = self._batch(seq, event, at)
         else:
@@ -141,7 +141,7 @@ class TimelineFold:
             return False
         return True
 
-    def _session(self, event: Event, at: float) -> bool:
+    def _session(self, seq: int, event: Event, at: float) -> bool:
         sessions = self.timelines.sessions
         if isinstance(event, SessionOpened):
             if event.aggregate_id in sessions:
@@ -150,7 +150,7 @@ class TimelineFold:
                 self._left_out.add(event.aggregate_id)
                 self.timelines.counts.not_selected += 1
                 return False
-            sessions[event.aggregate_id] = open_session(event)
+            sessions[event.aggregate_id] = open_session(seq, event)
             return True
         session = sessions.get(event.aggregate_id)
         if session is None:
@@ -179,7 +179,7 @@ class TimelineFold:
                 self._left_out.add(batch_id)
                 self.timelines.counts.not_selected += 1
                 return False
-            batches[batch_id] = request_batch(event)
+            batches[batch_id] = request_batch(seq, event)
         elif known is not None:
             extend_batch(known, event, state)
         return True

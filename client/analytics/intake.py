@@ -3,12 +3,15 @@
 Whatever the source (a live stream, a copy in a file), each message is decoded and checked
 with :func:`lodestream.schemas.trust.event_from_message`, as every other consumer of the log
 does. A message it refuses is skipped, logged and counted in :class:`IntakeReport`, and the
-first :data:`MAX_LISTED` are kept with their sequence and reason so a report can list them:
-one bad event never stops an analysis.
+:data:`MAX_LISTED` of lowest sequence are kept with their reason so a report can list them:
+one bad event never stops an analysis. Lowest sequence, not first refused: the shared rule
+judges a whole batch before the fold judges its transitions, so the order refusals come in
+depends on where batches end, and a replay split across processes sees other batches.
 """
 
 from __future__ import annotations
 
+import bisect
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -54,7 +57,7 @@ class IntakeReport:
     refused: int = 0  # by the shared rule
     illegal: int = 0  # accepted by the rule, refused by the state machine
     unreadable: int = 0  # lines of a copy that are no message
-    listed: list[Refusal] = field(default_factory=list)
+    listed: list[Refusal] = field(default_factory=list)  # the lowest sequences, in order
     first_seq: int | None = None
     last_seq: int | None = None
 
@@ -65,13 +68,28 @@ class IntakeReport:
             self.illegal += 1
         else:
             self.unreadable += 1
-        if len(self.listed) < MAX_LISTED:
-            self.listed.append(Refusal(seq, subject, stage, reason))
-            log.warning("skipped event %d on %s (%s): %s", seq, subject, stage, reason)
+        listed = self.listed
+        if len(listed) >= MAX_LISTED:
+            if seq >= listed[-1].seq:
+                return
+            listed.pop()
+        refusal = Refusal(seq, subject, stage, reason)
+        # After any of the same sequence (the unreadable lines of a copy share 0): in order read.
+        bisect.insort_right(listed, refusal, key=_seq_of)
+        log_refusal(refusal)
 
     @property
     def skipped(self) -> int:
         return self.refused + self.illegal + self.unreadable
+
+
+def log_refusal(refusal: Refusal) -> None:
+    seq, subject, stage, reason = refusal.seq, refusal.subject, refusal.stage, refusal.reason
+    log.warning("skipped event %d on %s (%s): %s", seq, subject, stage, reason)
+
+
+def _seq_of(refusal: Refusal) -> int:
+    return refusal.seq
 
 
 def accept(raws: Iterable[Raw], report: IntakeReport) -> list[tuple[int, Event]]:

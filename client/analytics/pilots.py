@@ -38,6 +38,7 @@ class SessionInterval:
     cores: int
     gpus: int
     opened_at: float
+    opened_seq: int  # the stream sequence of session.opened: the order sessions are listed in
     ended_at: float | None = None
     end: SessionEnd | None = None
     reason: str = ""
@@ -52,6 +53,7 @@ class BatchInterval:
     num_nodes: int
     wall_time_min: int
     requested_at: float
+    requested_seq: int  # the stream sequence of batch.requested: the order batch jobs are listed in
     state: BatchJobState = BatchJobState.REQUESTED
     submitted_at: float | None = None
     queued_at: float | None = None
@@ -63,7 +65,7 @@ class BatchInterval:
     reason: str = ""
 
 
-def open_session(event: SessionOpened) -> SessionInterval:
+def open_session(seq: int, event: SessionOpened) -> SessionInterval:
     data = event.data
     return SessionInterval(
         session_id=event.aggregate_id,
@@ -74,6 +76,7 @@ def open_session(event: SessionOpened) -> SessionInterval:
         cores=sum(n.cores for n in data.nodes),
         gpus=sum(n.gpus for n in data.nodes),
         opened_at=event.occurred_at.timestamp(),
+        opened_seq=seq,
     )
 
 
@@ -86,7 +89,7 @@ def end_session(session: SessionInterval, event: Event) -> None:
     session.reason = str(getattr(event.data, "reason", ""))
 
 
-def request_batch(event: BatchJobRequested) -> BatchInterval:
+def request_batch(seq: int, event: BatchJobRequested) -> BatchInterval:
     data = event.data
     return BatchInterval(
         batch_id=event.aggregate_id,
@@ -94,6 +97,7 @@ def request_batch(event: BatchJobRequested) -> BatchInterval:
         num_nodes=data.num_nodes,
         wall_time_min=data.wall_time_min,
         requested_at=event.occurred_at.timestamp(),
+        requested_seq=seq,
     )
 
 

@@ -26,6 +26,10 @@ from lodestream.schemas.subjects import check_site
 
 CLOCK_SLACK_S: Final = 60.0
 
+_State = tuple[
+    frozenset[str], frozenset[str], dict[str, str], int | None, float | None, float | None
+]
+
 
 @dataclass(frozen=True, slots=True)
 class Selection:
@@ -70,6 +74,18 @@ class Selection:
             since=since.timestamp() if since is not None else None,
             until=until.timestamp() if until is not None else None,
         )
+
+    # pickle refuses the read-only view of the tags; a replay split across processes sends
+    # the selection to each of them, so it travels with the tags as a plain dict.
+    def __getstate__(self) -> _State:
+        return (self.sites, self.apps, dict(self.tags), self.since_seq, self.since, self.until)
+
+    def __setstate__(self, state: _State) -> None:
+        sites, apps, tags, since_seq, since, until = state
+        fields = {"sites": sites, "apps": apps, "tags": MappingProxyType(tags),
+                  "since_seq": since_seq, "since": since, "until": until}  # fmt: skip
+        for name, value in fields.items():
+            object.__setattr__(self, name, value)  # frozen: as its own __init__ does
 
     def admits_site(self, site: str) -> bool:
         return not self.sites or site in self.sites

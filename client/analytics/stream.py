@@ -5,7 +5,8 @@ selection's sequence or (a little before) its time, read in large batches by
 :class:`~lodestream.eventlog.rawpull.RawPull` until the stream's last sequence at the
 start: the analysis is of the log as it was when it began, however busy the log is. The
 messages come as bytes (no nats-py message, no header parsed): a replay needs only their
-sequence, subject and body.
+sequence, subject and body. A replay split across processes takes that last sequence once
+(:func:`stream_span`) and each process reads the same range (:func:`range_batches`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from nats.aio.client import Client
 from nats.errors import Error as NatsError
@@ -26,7 +27,7 @@ from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.selection import CLOCK_SLACK_S, Selection
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.jetstream import jetstream
-from lodestream.eventlog.rawpull import RawPull
+from lodestream.eventlog.rawpull import Keep, RawPull
 from lodestream.schemas.subjects import EVENTS_STREAM
 
 BATCH: Final = 10_000
@@ -56,39 +57,74 @@ def consumer_config(selection: Selection) -> ConsumerConfig:
     )
 
 
+class Span(NamedTuple):
+    """The sequences a replay will read: from ``first`` to ``last`` (a site filter or a start
+    time may leave some of them out)."""
+
+    first: int
+    last: int
+
+    @property
+    def messages(self) -> int:
+        return self.last - self.first + 1
+
+
 async def stream_batches(
     nc: Client, selection: Selection, *, batch: int = BATCH
 ) -> AsyncIterator[list[Raw]]:
     """The selected messages of ``EVENTS`` up to its last sequence now, in batches."""
+    span = await stream_span(nc, selection)
+    if span is not None:
+        async for raws in range_batches(nc, selection, span.last, batch=batch):
+            yield raws
+
+
+async def stream_span(nc: Client, selection: Selection) -> Span | None:
+    """Where the selection starts in ``EVENTS`` and the stream's last sequence now; None if
+    it starts past the end (or the stream is empty): nothing to read."""
+    try:
+        state = (await jetstream(nc).stream_info(EVENTS_STREAM)).state
+    except (NatsError, TimeoutError) as exc:
+        raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc!r}") from exc
+    first, last = max(int(state.first_seq), selection.since_seq or 1), int(state.last_seq)
+    if last == 0 or first > last:
+        return None
+    return Span(first, last)
+
+
+async def range_batches(
+    nc: Client,
+    selection: Selection,
+    last: int,
+    *,
+    keep: Keep | None = None,
+    batch: int = BATCH,
+) -> AsyncIterator[list[Raw]]:
+    """The selected messages of ``EVENTS`` up to sequence ``last``, in batches; with ``keep``,
+    only those whose subject it keeps (a replay split across processes reads its share)."""
     js = jetstream(nc)
     config = consumer_config(selection)
     assert config.name is not None
     try:
-        last = int((await js.stream_info(EVENTS_STREAM)).state.last_seq)
-        if last == 0 or (selection.since_seq or 1) > last:
-            return
         created = await js.add_consumer(EVENTS_STREAM, config)
     except (NatsError, TimeoutError) as exc:
         raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc!r}") from exc
-    consumer = await RawPull(nc, EVENTS_STREAM, config.name).start()
+    consumer = await RawPull(nc, EVENTS_STREAM, config.name, keep).start()
     try:
         pending = created.num_pending
         while pending:
-            raws = []
             try:
                 deliveries = await consumer.fetch(batch, FETCH_TIMEOUT_S)
-            except ReadError as exc:
+            except (ReadError, NatsError) as exc:
                 raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
-            for seq, left, subject, data in deliveries:
-                if seq > last:
-                    pending = 0  # past the end this replay was asked for
-                    break
-                raws.append(Raw(seq, subject, data))
-                # What the server still held for this consumer when it sent the message:
-                # 0 means every selected message was delivered, and these arrive in order.
-                pending = left
+            raws = [Raw(seq, subject, data) for seq, _, subject, data in deliveries if seq <= last]
             if raws:
                 yield raws
+            # Where the consumer is, whether this share kept its last messages or not: past the
+            # end this replay was asked for, or with none left to send (they arrive in order).
+            at = consumer.position
+            if at is not None:
+                pending = 0 if at.seq >= last else at.pending
     finally:
         await consumer.stop()
         with contextlib.suppress(NotFoundError, NatsError, TimeoutError):

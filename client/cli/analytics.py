@@ -21,14 +21,15 @@ from typing import Final, TypeVar
 
 import typer
 
-from lodestream.client.analytics.errors import AnalyticsError, SourceError
+from lodestream.client.analytics.connection import control_connection
+from lodestream.client.analytics.errors import AnalyticsError
 from lodestream.client.analytics.jsonout import summary_json
-from lodestream.client.analytics.load import (
-    export_stream,
-    export_watch,
-    load_file,
-    load_stream,
-    load_watch,
+from lodestream.client.analytics.load import export_stream, export_watch, load_file, load_watch
+from lodestream.client.analytics.parallel.load import (
+    DEFAULT_WORKERS,
+    SPLIT_FROM,
+    SPLIT_FROM_CORES,
+    load_stream_parallel,
 )
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.summary import Loaded, Summary, summarize
@@ -48,7 +49,6 @@ from lodestream.settings import NatsSettings
 
 T = TypeVar("T")
 NEW_KEY_GRACE_S: Final = 15.0  # the control plane applies a new key within a few seconds
-CONNECT_TIMEOUT_S: Final = 10.0
 
 analytics_app = typer.Typer(
     help="Figures of a recorded run, replayed from the event log, and what-if predictions.",
@@ -70,6 +70,12 @@ CONTROL = typer.Option(
     False, "--control-plane", help="Read EVENTS with the control plane's NATS settings."
 )
 BIN = typer.Option(None, "--bin", min=0.001, help="Width of the time bins in seconds.")
+WORKERS = typer.Option(
+    None, "--workers", min=1,
+    help="With --control-plane: processes the replay is split across (at most one per "
+    f"core); default: 1, or on {SPLIT_FROM_CORES} cores or more one per core up to "
+    f"{DEFAULT_WORKERS} for a range of {SPLIT_FROM:,} events or more.",
+)  # fmt: skip
 
 
 def _selection(
@@ -98,17 +104,8 @@ def _control_settings(state_dir: Path) -> NatsSettings:
 
 
 async def _on_control_plane(settings: NatsSettings, work: Callable[..., Awaitable[T]]) -> T:
-    from lodestream.natsconn import connect  # noqa: PLC0415
-
-    try:
-        async with asyncio.timeout(CONNECT_TIMEOUT_S):
-            nc = await connect(settings, max_reconnect_attempts=2)
-    except (TimeoutError, OSError) as exc:
-        raise SourceError(f"cannot connect to NATS at {settings.url}: {exc!r}") from exc
-    try:
+    async with control_connection(settings) as nc:
         return await work(nc)
-    finally:
-        await nc.close()
 
 
 async def _with_grace(fresh: bool, work: Callable[[], Awaitable[T]]) -> T:
@@ -129,12 +126,17 @@ def _load(
     control_plane: bool,
     credential: tuple[Path | None, str | None, Path | None],
     state_dir: Path,
+    workers: int | None,
 ) -> Loaded:
+    if workers is not None and not control_plane:
+        raise typer.BadParameter("only a replay of the stream read with --control-plane is "
+                                 "split across processes", param_hint="--workers")  # fmt: skip
     if from_file is not None:
         return load_file(from_file, selection)
     if control_plane:
         settings = _control_settings(state_dir)
-        return asyncio.run(_on_control_plane(settings, lambda nc: load_stream(nc, selection)))
+        return asyncio.run(_on_control_plane(settings, lambda nc: load_stream_parallel(
+            nc, settings, selection, workers=workers)))  # fmt: skip
     access = monitor_access(state_dir, *credential)
     sites = check_sites(sorted(selection.sites), access.sites)
     return asyncio.run(_with_grace(access.fresh, lambda: load_watch(
@@ -164,6 +166,7 @@ def summary_command(
     from_file: Path | None = FROM_FILE,
     control_plane: bool = CONTROL,
     bin_s: float | None = BIN,
+    workers: int | None = WORKERS,
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
     credential_file: Path | None = CREDENTIAL_OPTION,
     nats_url: str | None = NATS_URL_OPTION,
@@ -175,7 +178,7 @@ def summary_command(
     selection = _selection(site, app, tag, since, until)
     try:
         loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
-                       state_dir)  # fmt: skip
+                       state_dir, workers)  # fmt: skip
     except LodeClientError as exc:
         print_error(exc)
         raise typer.Exit(1) from exc
@@ -197,6 +200,7 @@ def report_command(
     from_file: Path | None = FROM_FILE,
     control_plane: bool = CONTROL,
     bin_s: float | None = BIN,
+    workers: int | None = WORKERS,
     credential_file: Path | None = CREDENTIAL_OPTION,
     nats_url: str | None = NATS_URL_OPTION,
     ca_file: Path | None = CA_FILE_OPTION,
@@ -209,7 +213,7 @@ def report_command(
         from lodestream.client.analytics.report import write_report  # noqa: PLC0415
 
         loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
-                       state_dir)  # fmt: skip
+                       state_dir, workers)  # fmt: skip
         summary = _summary(loaded, bin_s)
         index = write_report(out, summary, loaded.timelines)
     except LodeClientError as exc:

@@ -13,6 +13,10 @@ is delivered by nats-py as before.
 As in :class:`~lodestream.eventlog.pull.PullConsumer`, only the first message of a batch is
 waited for; unlike it, the next batch is asked for before this one is handed out, so the
 server sends while the reader works (the consumer must allow two waiting pull requests).
+
+A reader that wants only some subjects (one process of a replay split by aggregate) passes
+``keep``: the others are dropped before anything of them is parsed, and :attr:`RawPull.position`
+still says how far the consumer has delivered, kept or not.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from lodestream.eventlog.errors import ReadError
 from lodestream.schemas.topology import next_subject
 
 Take = Callable[[bytes, bytes, bytes, bytes | None], None]
+Keep = Callable[[bytes], bool]
 # nats-py types the headers as bytes, but passes None for a message without any.
 ProcessMsg = Callable[..., Coroutine[Any, Any, None]]
 
@@ -37,6 +42,7 @@ _V1_TOKENS: Final = 9  # $JS.ACK.<stream>.<consumer>.<delivered>.<sseq>.<cseq>.<
 _V2_SHIFT: Final = 2  # a domain and an account hash come after $JS.ACK
 _STATUS_AT: Final = len(b"NATS/1.0 ")  # an inline status: "NATS/1.0 408 Request Timeout"
 _ENDS_REQUEST: Final = frozenset({b"404", b"408", b"409"})  # no messages, expired, changed
+_NO_RESPONDERS: Final = b"503"  # nothing listens on the consumer's subject: it is gone
 
 
 class Delivery(NamedTuple):
@@ -49,14 +55,24 @@ class Delivery(NamedTuple):
     data: bytes
 
 
+class Position(NamedTuple):
+    """The last message a consumer delivered: its sequence, and how many it still held."""
+
+    seq: int
+    pending: int
+
+
 class RawPull:
-    """A pull consumer on ``nc`` for the durable or ephemeral consumer ``name`` of ``stream``.
+    """A pull consumer on ``nc`` for the durable or ephemeral consumer ``name`` of ``stream``;
+    with ``keep``, only the messages whose subject (bytes) it keeps are handed out.
 
     :meth:`start` before fetching, :meth:`stop` always.
     """
 
-    def __init__(self, nc: Client, stream: str, name: str) -> None:
+    def __init__(self, nc: Client, stream: str, name: str, keep: Keep | None = None) -> None:
         self._nc = nc
+        self._keep = keep
+        self.position: Position | None = None  # None: nothing delivered yet
         self._subject = next_subject(stream, name)
         self._sid: int | None = None
         self._inbox = ""
@@ -86,8 +102,10 @@ class RawPull:
         _unroute(self._nc, sid)
 
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
-        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
+        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``
+        (none if all there is now are messages ``keep`` leaves out: see :attr:`position`)."""
         loop = asyncio.get_running_loop()
+        was = self.position
         got = self._drain(batch)
         # The next batch is asked for while this one is worked on, so that the server is
         # sending it meanwhile: two requests may be open (the consumer's max_waiting ≥ 2).
@@ -96,7 +114,9 @@ class RawPull:
             self._remaining = max(self._remaining, 0) + batch
             self._open_until = loop.time() + timeout + 1.0
             await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
-        if not got:
+        # Nothing kept but messages left out: the caller hears where the consumer is now
+        # rather than after the next message (there may be none: the range may end here).
+        if not got and self.position == was:
             if not self._got:
                 self._waiter = loop.create_future()
                 try:
@@ -116,31 +136,55 @@ class RawPull:
             waiter.set_result(None)
 
     def _drain(self, limit: int) -> list[Delivery]:
-        """Up to ``limit`` messages of what arrived, status messages accounted and left out."""
+        """Up to ``limit`` messages of what arrived, status messages accounted and left out,
+        and those ``keep`` refuses too (their reply is parsed only for :attr:`position`)."""
         got = self._got
+        keep = self._keep
         deliveries: list[Delivery] = []
         append = deliveries.append
         taken = 0
+        passed: bytes | None = None  # the reply of the last message left out, if it was last
         for subject, reply, data, headers in got:
             taken += 1
             if headers is not None and not data and headers[_STATUS_AT - 1 : _STATUS_AT] == b" ":
-                if headers[_STATUS_AT : _STATUS_AT + 3] in _ENDS_REQUEST:
+                status = headers[_STATUS_AT : _STATUS_AT + 3]
+                if status == _NO_RESPONDERS:
+                    # Asked again and again, it would answer the same for ever.
+                    del got[:taken]
+                    raise ReadError("no consumer answers the pull request (503): the consumer, "
+                                    "or its stream, was deleted")  # fmt: skip
+                if status in _ENDS_REQUEST:
                     self._remaining = 0
                 continue  # a heartbeat or flow control: nothing of the stream
             self._remaining -= 1
+            if keep is not None and not keep(subject):
+                passed = reply
+                continue
+            passed = None
             append(_delivery(subject, reply, data))
             if len(deliveries) == limit:
                 break
         del got[:taken]
+        if passed is not None:
+            seq, pending = _position(passed)
+            self.position = Position(seq, pending)
+        elif deliveries:
+            self.position = Position(deliveries[-1].seq, deliveries[-1].pending)
         return deliveries
 
 
 def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
+    seq, pending = _position(reply)
+    return Delivery(seq, pending, subject.decode(), data)
+
+
+def _position(reply: bytes) -> tuple[int, int]:
+    """The stream sequence and the count still pending, from a delivery's reply subject."""
     tokens = reply.split(b".")
     shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT
     if not reply.startswith(_ACK_PREFIX) or len(tokens) < _V1_TOKENS + shift:
         raise ReadError(f"not a JetStream delivery: reply subject {reply!r}")
-    return Delivery(int(tokens[5 + shift]), int(tokens[8 + shift]), subject.decode(), data)
+    return int(tokens[5 + shift]), int(tokens[8 + shift])
 
 
 def _routes(nc: Client) -> dict[int, Take]:

@@ -3,8 +3,10 @@
 :class:`~lodestream.eventlog.rawpull.RawPull` takes its deliveries as bytes, past nats-py's
 message building; here its sequences and pending counts are nats-py's own, the connection's
 other subscriptions still get whole messages (headers included), a pull request that ends
-with nothing is only an empty batch, and a replay through it folds the log exactly as the
-messages fold in memory, refused ones counted the same.
+with nothing is only an empty batch, a reader of some subjects still knows where the
+consumer is, a consumer deleted under the reader is an error (not a wait for ever), and a
+replay through it folds the log exactly as the messages fold in memory, refused ones
+counted the same.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
@@ -21,8 +24,9 @@ from lodestream.client.analytics.load import load_stream
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import consumer_config
 from lodestream.client.analytics.summary import summarize
+from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.pull import PullConsumer
-from lodestream.eventlog.rawpull import RawPull
+from lodestream.eventlog.rawpull import Delivery, Position, RawPull
 from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.support.analytics import hand_log
 
@@ -91,6 +95,44 @@ async def test_an_empty_pull_is_an_empty_batch_and_the_next_one_reads_on(
         assert await consumer.fetch(10, 0.5) == []
         await store(js, raws[1:2])
         assert [d.seq for d in await consumer.fetch(10, 2.0)] == [2]
+    finally:
+        await consumer.stop()
+
+
+async def test_a_reader_of_some_subjects_still_knows_where_the_consumer_is(
+    nc: Client, js: JetStreamContext
+) -> None:
+    raws = hand_log().raws()[:6]  # a batch job's four events, a session's, a job's
+    await store(js, raws)
+    name = await new_consumer(js)
+    consumer = await RawPull(nc, EVENTS_STREAM, name, keep=lambda s: b".batch." in s).start()
+    got: list[Delivery] = []
+    try:
+        while consumer.position is None or consumer.position.seq < len(raws):
+            got += await consumer.fetch(10, 2.0)
+    finally:
+        await consumer.stop()
+    assert [(d.seq, d.subject) for d in got] == [(r.seq, r.subject) for r in raws[:4]]
+    # The last two were left out, unparsed, yet the consumer is known to be past them.
+    assert consumer.position == Position(6, 0)
+
+
+async def until_failed(consumer: RawPull) -> None:
+    for _ in range(20):  # the open request expires; the next one finds no consumer
+        await consumer.fetch(10, 0.5)
+
+
+async def test_a_consumer_deleted_under_the_reader_is_an_error(
+    nc: Client, js: JetStreamContext
+) -> None:
+    await store(js, hand_log().raws()[:1])
+    name = await new_consumer(js)
+    consumer = await RawPull(nc, EVENTS_STREAM, name).start()
+    try:
+        assert [d.seq for d in await consumer.fetch(10, 0.5)] == [1]
+        await js.delete_consumer(EVENTS_STREAM, name)
+        with pytest.raises(ReadError, match=r"no consumer answers .*\(503\)"):
+            await until_failed(consumer)
     finally:
         await consumer.stop()
 

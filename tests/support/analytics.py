@@ -39,6 +39,7 @@ from lodestream.schemas.events import (
     SessionClosed,
     SessionOpened,
 )
+from lodestream.schemas.events.app import AppRegistered
 from lodestream.schemas.events.batch import BatchFinishedData, BatchRequestData, BatchSubmittedData
 from lodestream.schemas.events.job import (
     CreatedData,
@@ -51,7 +52,7 @@ from lodestream.schemas.events.job import (
     StepData,
 )
 from lodestream.schemas.events.session import SessionOpenedData
-from lodestream.schemas.resources import NodeInfo
+from lodestream.schemas.resources import App, NodeInfo
 from lodestream.schemas.states import CREATED_RUNNABLE, FINISHED_AT_RUN_END
 
 T0: Final = datetime(2026, 1, 1, tzinfo=UTC)
@@ -240,3 +241,38 @@ def hand_log() -> Log:
     log.finished_by_pilot(c, 58, session, runtime_s=27.0, attempt=2)
     log.session_closed(session, 60)
     return log
+
+
+def varied_log() -> list[Raw]:
+    """Messages as a stream stores them (sequences 1, 2, …) for what a replay split by
+    aggregate must merge exactly: :func:`hand_log`, a second site's jobs, sessions and batch
+    jobs with other apps and tags, a job begun before the log, an illegal transition, an
+    event of another kind, and more refusals than a summary lists (at low and high sequences,
+    garbled on many jobs' subjects, forged on another site's subject)."""
+    log = hand_log()
+    batch = log.batch_job(2, requested=1, running=3, finished=90, site="beta")
+    session = log.session_opened(3, nodes=2, site="beta", batch=batch)
+    for i in range(8):
+        job = log.created(4 + i, site="beta", app="sim", tags={"run": str(i % 3)}, runnable=True)
+        log.started(job, 5 + i, session)
+        if i % 4 == 3:
+            log.run_errored(job, 9 + i, session, code=2, cause=("task failed",), stderr="nan\n")
+            log.failed(job, 10 + i, "run error (retry budget exhausted)", ("task failed", "nan"))
+        elif i % 4 != 2:  # the others still run when the log ends
+            log.finished_by_pilot(job, 9 + i, session, runtime_s=3.0 + i)
+    waiting = log.created(40, site="beta")
+    log.run_done(waiting, 41, session, runtime_s=1.0)  # illegal: it never started
+    log.sites[orphan := uuid.uuid4()] = "beta"
+    log.started(orphan, 42, session)  # of a job created before what is read
+    app = App(site="beta", name="sim")
+    log.add(AppRegistered.create(site="beta", aggregate_id=uuid.uuid4(), actor="site:beta",
+                                 data=app, occurred_at=log.at(43)))  # fmt: skip
+    log.session_closed(session, 95, site="beta")
+    raws = log.raws()
+    forged = raws[3].subject.replace(".alpha.", ".beta.", 1)
+    garbled = [f"evt.{site}.job.{uuid.uuid4()}.finished" for site in ("alpha", "beta") * 60]
+    # Refusals at the start, in the middle and at the end of the log.
+    messages = [(garbled[0], b"{oops"), *((r.subject, r.data) for r in raws[:20]),
+                (forged, raws[3].data), *((r.subject, r.data) for r in raws[20:]),
+                *((subject, b"[]") for subject in garbled[1:])]  # fmt: skip
+    return [Raw(seq, subject, data) for seq, (subject, data) in enumerate(messages, start=1)]

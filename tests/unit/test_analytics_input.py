@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from lodestream.client.analytics.errors import NothingSelected, SourceError
-from lodestream.client.analytics.intake import Raw
+from lodestream.client.analytics.intake import MAX_LISTED, IntakeReport, Raw
 from lodestream.client.analytics.jsonl import export_line
 from lodestream.client.analytics.load import load_file
 from lodestream.client.analytics.selection import Selection
@@ -99,6 +99,19 @@ def test_lines_that_hold_no_message_are_counted(tmp_path: Path) -> None:
     assert [r.reason.split(":")[0] for r in loaded.intake.listed] == ["line 33", "line 34",
                                                                       "line 35"]  # fmt: skip
     assert len(loaded.timelines.jobs) == 4
+
+
+def test_the_refusals_listed_are_those_of_lowest_sequence() -> None:
+    # As a replay meets them: a batch's shared-rule refusals, then its illegal transitions
+    # (lower sequences among them), then a later batch's.
+    report = IntakeReport()
+    for seq in range(200, 200 + MAX_LISTED):
+        report.refuse(seq, "s", "shared rule", "refused")
+    report.refuse(7, "s", "transition", "illegal")
+    report.refuse(400, "s", "shared rule", "refused")
+    report.refuse(3, "s", "transition", "illegal")
+    assert [r.seq for r in report.listed] == [3, 7, *range(200, 200 + MAX_LISTED - 2)]
+    assert (report.refused, report.illegal) == (MAX_LISTED + 1, 2)
 
 
 def test_a_file_that_is_no_copy_is_refused(tmp_path: Path) -> None:

@@ -1,0 +1,46 @@
+"""Which process of a split replay folds a message: decided from its subject alone.
+
+Every event of one job, pilot session or batch job must reach the same process, because the
+fold of an aggregate needs all of its events in order; aggregates are independent of each
+other, so that is all the fold needs. The subject names the aggregate
+(``evt.<site>.<kind>.<id>.<type>``), so the share is known before anything is decoded: the
+uuid's value modulo the number of shares, the same in every process (Python's ``hash`` of a
+string is salted per process, so it would not do). Events of other kinds (sites, apps,
+transfers, the scaler), which the fold only counts, and subjects that name no aggregate at
+all (which the shared rule will refuse) go to share 0, so that each is read exactly once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+AGGREGATE_KINDS: Final = frozenset({"job", "session", "batch"})
+"""The kinds of aggregate the fold keeps a record of, each folded whole in one share."""
+_KINDS_WIRE: Final = frozenset(kind.encode() for kind in AGGREGATE_KINDS)
+
+
+def share_of(subject: str, shares: int) -> int:
+    """The share (0 to ``shares`` - 1) that folds the message on ``subject``."""
+    return wire_share_of(subject.encode(), shares)
+
+
+def wire_share_of(subject: bytes, shares: int) -> int:
+    """:func:`share_of` a subject as it comes off the wire, not decoded (this runs for every
+    message of the range, in every process)."""
+    parts = subject.split(b".", 4)
+    if len(parts) != 5 or parts[2] not in _KINDS_WIRE:
+        return 0
+    try:
+        # The shared rule accepts only the canonical spelling of the id on a subject, so
+        # any reading of the token that is the same in every process is enough.
+        return int(parts[3].replace(b"-", b""), 16) % shares
+    except ValueError:
+        return 0
+
+
+def keeper(share: int, shares: int) -> Callable[[bytes], bool]:
+    """A filter of subjects as they come off the wire: True for those of ``share``."""
+    if not 0 <= share < shares:
+        raise ValueError(f"share {share} is not one of {shares}")
+    return lambda subject: wire_share_of(subject, shares) == share

@@ -1,0 +1,119 @@
+"""One process of a split replay: its own NATS connection and consumer, its share of the range.
+
+:func:`replay_share` is what a spawned process runs. It reads every message of the range
+(the same consumer settings and the same last sequence as its siblings, taken once by the
+parent), skips those of the other shares by their subject before decoding anything, replays
+its own through the shared rule and the fold, and sends the :class:`Loaded` back through
+its pipe, or a :class:`ShareFailure` saying why it could not.
+
+It ends with its parent whatever happens to that one: a thread waits on the parent's end of
+the spawn pipe and exits the process when it closes. Ctrl-C reaches the whole process group,
+so the process ignores it: the parent decides, and stops it, without a traceback here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import traceback
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Final
+
+from lodestream.client.analytics import intake
+from lodestream.client.analytics.collector import collector_paused
+from lodestream.client.analytics.connection import control_connection
+from lodestream.client.analytics.errors import AnalyticsError, SourceError
+from lodestream.client.analytics.parallel.partition import keeper
+from lodestream.client.analytics.replay import Replay
+from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.stream import range_batches
+from lodestream.client.analytics.summary import Loaded
+from lodestream.settings import NatsSettings
+
+# Exit statuses of a process whose parent went away (nobody wants its result): seen while
+# it replayed, or only when it sent the result.
+ORPHANED_EXIT: Final = 3
+ORPHANED_AT_SEND_EXIT: Final = 4
+
+
+@dataclass(frozen=True, slots=True)
+class ShareTask:
+    """What one process replays: share ``share`` of ``shares``, up to sequence ``last``."""
+
+    settings: NatsSettings
+    selection: Selection
+    last: int
+    share: int
+    shares: int
+
+
+@dataclass(frozen=True, slots=True)
+class ShareFailure:
+    """Why a share has no result: the error's words, whether the log could not be read (a
+    :class:`SourceError`) or something else failed, and the traceback of the latter."""
+
+    message: str
+    source: bool
+    detail: str = ""
+
+    def error(self) -> AnalyticsError:
+        return SourceError(self.message) if self.source else AnalyticsError(self.message)
+
+
+def replay_share(task: ShareTask, results: Connection) -> None:
+    """Replay ``task``'s share and send the outcome on ``results``: a spawned process's
+    target, which ends the process once it is sent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _end_with_parent()
+    # The parent logs the refusals it lists once the shares are merged, and says why a share
+    # could not connect: neither is said here too, once per process.
+    logging.getLogger(intake.__name__).setLevel(logging.ERROR)
+    logging.getLogger("lodestream.natsconn").setLevel(logging.ERROR)
+    outcome: Loaded | ShareFailure
+    # Paused until the end: pickling what the replay kept, with the collector walking all of
+    # it again and again as pickling allocates, takes twice as long.
+    with collector_paused():
+        try:
+            outcome = asyncio.run(_replay(task))
+        except AnalyticsError as exc:
+            outcome = ShareFailure(str(exc), isinstance(exc, SourceError))
+        except Exception as exc:  # told to the parent, which says it in words
+            words = f"replay process {task.share} of {task.shares} failed: {exc!r}"
+            outcome = ShareFailure(words, source=False, detail=traceback.format_exc())
+        try:
+            with results:
+                results.send(outcome)
+        except OSError:  # the parent is gone, and the watch has not woken yet
+            os._exit(ORPHANED_AT_SEND_EXIT)
+    # Freeing what the replay built, object by object, would take a second the parent waits
+    # for when it reaps this process; nothing of it needs to be closed or written.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+async def _replay(task: ShareTask) -> Loaded:
+    replay = Replay(task.selection)
+    keep = keeper(task.share, task.shares)
+    async with control_connection(task.settings) as nc:
+        async for raws in range_batches(nc, replay.selection, task.last, keep=keep):
+            replay.take(raws)
+    return replay.loaded()
+
+
+def _end_with_parent() -> None:
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
+
+    def watch() -> None:
+        parent.join()  # its end of the pipe closes when it ends, however it ends
+        os._exit(ORPHANED_EXIT)
+
+    threading.Thread(target=watch, name="watch-parent", daemon=True).start()

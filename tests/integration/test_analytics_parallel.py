@@ -1,0 +1,190 @@
+"""A replay of ``EVENTS`` split across processes against nats-server: each process connects,
+reads the same range and folds its share; merged, the shares are exactly the replay of one
+process, and ``lode analytics summary --workers`` prints the same figures either way. A share
+that fails says why in the words of the one-process replay, and no process outlives the
+call, nor a parent killed outright.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from pydantic import SecretStr
+
+from lodestream.client.analytics.errors import AnalyticsError, NothingSelected, SourceError
+from lodestream.client.analytics.intake import Raw
+from lodestream.client.analytics.jsonout import summary_json
+from lodestream.client.analytics.load import load_stream
+from lodestream.client.analytics.parallel.load import load_stream_parallel, load_stream_shares
+from lodestream.client.analytics.parallel.pool import Shares, run_shares
+from lodestream.client.analytics.parallel.worker import ORPHANED_EXIT, ShareTask
+from lodestream.client.analytics.selection import Selection
+from lodestream.client.analytics.summary import Loaded, summarize
+from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.settings import NatsSettings
+from tests.support.analytics import varied_log
+
+
+async def store(js: JetStreamContext, raws: list[Raw]) -> None:
+    for raw in raws:  # in order: the stream gives them the sequences they carry
+        ack = await js.publish(raw.subject, raw.data, headers={"Nats-Msg-Id": str(uuid.uuid4())})
+        assert ack.seq == raw.seq
+
+
+def figures(loaded: Loaded) -> str:
+    try:
+        return json.dumps(summary_json(summarize(loaded)))
+    except NothingSelected as exc:
+        return f"nothing selected: {exc}"
+
+
+def assert_same(split: Loaded, whole: Loaded) -> None:
+    assert split == whole
+    for name in ("jobs", "sessions", "batches"):  # the order the figures add in, too
+        assert list(getattr(split.timelines, name)) == list(getattr(whole.timelines, name))
+    assert figures(split) == figures(whole)
+
+
+def assert_no_process_left() -> None:
+    assert multiprocessing.active_children() == []
+
+
+def lode(settings: NatsSettings, *args: str) -> subprocess.CompletedProcess[str]:
+    """``lode analytics …`` as an operator runs it, with the control plane's settings."""
+    assert settings.user is not None
+    assert settings.password is not None
+    env = {**os.environ, "COLUMNS": "200", "NATS_URL": settings.url,
+           "LODE_NATS__USER": settings.user,
+           "LODE_NATS__PASSWORD": settings.password.get_secret_value()}  # fmt: skip
+    argv = [sys.executable, "-m", "lodestream.client.cli.main", "analytics", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
+
+
+@pytest.fixture
+def silent() -> Iterator[socket.socket]:
+    """A TCP listener that never answers: a NATS URL a connection waits on for seconds."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener
+
+
+@pytest.mark.parametrize(
+    ("selection", "shares"),
+    [
+        (Selection(), 3),
+        (Selection.of(sites=["beta"], since_seq=30), 2),
+        (Selection.of(apps=["nothing-by-this-name"]), 2),  # read, and nothing selected
+        (Selection.of(since_seq=10_000), 2),  # past the end: nothing to read, no process
+    ],
+)
+async def test_the_shares_merged_are_the_replay_of_one_process(
+    nc: Client, js: JetStreamContext, nats_settings: NatsSettings, selection: Selection,
+    shares: int,
+) -> None:  # fmt: skip
+    await store(js, varied_log())
+    whole = await load_stream(nc, selection)
+    split = await load_stream_shares(nc, nats_settings, selection, shares=shares)
+    assert_same(split, whole)
+    if selection == Selection():  # what was compared holds refusals past what is listed
+        assert (whole.intake.read, whole.intake.refused, whole.intake.illegal) == (187, 121, 1)
+        assert len(whole.intake.listed) == 100
+    assert_no_process_left()
+
+
+async def test_one_worker_is_the_replay_in_this_process(
+    nc: Client, js: JetStreamContext, nats_settings: NatsSettings
+) -> None:
+    await store(js, varied_log())
+    # Settings no process could connect with: none is started.
+    unusable = nats_settings.model_copy(update={"password": SecretStr("not the password")})
+    one = await load_stream_parallel(nc, unusable, Selection(), workers=1)
+    assert_same(one, await load_stream(nc, Selection()))
+    # A short log: no process is worth starting, whatever the cores.
+    assert_same(await load_stream_parallel(nc, unusable, Selection()), one)
+
+
+async def test_the_command_prints_the_same_figures_however_many_workers(
+    js: JetStreamContext, nats_settings: NatsSettings, tmp_path: Path
+) -> None:
+    await store(js, varied_log())
+    common = ["summary", "--json", "--control-plane", "--state-dir", str(tmp_path / ".lode")]
+    one = await asyncio.to_thread(lode, nats_settings, *common, "--workers", "1")
+    two = await asyncio.to_thread(lode, nats_settings, *common, "--workers", "2")
+    wrong = nats_settings.model_copy(update={"password": SecretStr("not the password")})
+    refused = await asyncio.to_thread(lode, wrong, *common, "--workers", "2")
+    misplaced = await asyncio.to_thread(lode, nats_settings, "summary", "--workers", "2",
+                                        "--from-file", str(tmp_path / "copy.jsonl"))  # fmt: skip
+    for result in (one, two, refused, misplaced):
+        assert "Traceback" not in result.stdout + result.stderr, result.stderr
+    assert (one.returncode, two.returncode) == (0, 0), one.stderr + two.stderr
+    assert json.loads(two.stdout) == json.loads(one.stdout)
+    assert json.loads(one.stdout)["read"]["refused_by_shared_rule"] == 121
+    assert refused.returncode == 1
+    assert "cannot connect to NATS" in refused.stderr
+    assert "Authorization Violation" in refused.stderr
+    assert misplaced.returncode == 2
+    assert "only a replay of the stream read with --control-plane" in misplaced.stderr
+
+
+async def test_a_share_that_cannot_connect_says_why_and_none_is_left(
+    nc: Client, js: JetStreamContext, nats_settings: NatsSettings
+) -> None:
+    await store(js, varied_log()[:20])
+    wrong = nats_settings.model_copy(update={"password": SecretStr("not the password")})
+    with pytest.raises(SourceError, match=r"cannot connect to NATS at .*Authorization Violation"):
+        await load_stream_shares(nc, wrong, Selection(), shares=2)
+    assert_no_process_left()
+
+
+async def test_a_stream_deleted_under_the_shares_is_a_source_error(
+    js: JetStreamContext, nats_settings: NatsSettings
+) -> None:
+    await store(js, varied_log()[:20])
+    # The parent took the end of the range; the stream goes before the shares read it.
+    await js.delete_stream(EVENTS_STREAM)
+    tasks = [ShareTask(nats_settings, Selection(), 20, share, 2) for share in (0, 1)]
+    with pytest.raises(SourceError, match=f"cannot read the {EVENTS_STREAM} stream"):
+        await run_shares(tasks)
+    assert_no_process_left()
+
+
+def test_a_share_killed_is_an_error_and_the_others_are_stopped(
+    silent: socket.socket,
+) -> None:
+    url = f"nats://127.0.0.1:{silent.getsockname()[1]}"
+    shares = Shares([ShareTask(NatsSettings(url=url), Selection(), 10, s, 2) for s in (0, 1)])
+    shares.start()
+    try:
+        # Each waits on the silent listener for seconds: killed long before it would answer.
+        os.kill(shares.processes[0].pid or 0, signal.SIGKILL)
+        with pytest.raises(AnalyticsError, match=r"process 0 of 2 ended without its result "
+                                                 r"\(killed by signal 9\)"):  # fmt: skip
+            shares.collect()
+    finally:
+        shares.stop()
+    assert_no_process_left()
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
+def test_a_parent_killed_outright_takes_its_shares_with_it(silent: socket.socket) -> None:
+    url = f"nats://127.0.0.1:{silent.getsockname()[1]}"
+    run = subprocess.run([sys.executable, "-m", "tests.support.orphans", url],
+                         capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
+    statuses = json.loads(run.stdout)
+    # Each saw its parent go (the status of its watch), while it waited on the listener;
+    # without the watch it would wait on, then fail to send its error to nobody.
+    assert list(statuses.values()) == [ORPHANED_EXIT, ORPHANED_EXIT]
