@@ -79,7 +79,7 @@ async def stream_batches(
                 deliveries = await consumer.fetch(batch, FETCH_TIMEOUT_S)
             except ReadError as exc:
                 raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
-            for seq, left, subject, data in deliveries:
+            for seq, left, subject, data, _reply in deliveries:
                 if seq > last:
                     pending = 0  # past the end this replay was asked for
                     break

@@ -6,13 +6,17 @@ queues the message, and a reader then splits the reply again for the stream sequ
 a replay of the whole log that is about half the cost of reading it. :class:`RawPull`
 takes the deliveries to its own inbox straight from the connection's protocol parser and
 keeps only what a bulk reader needs: the stream sequence and the count still pending
-(both from the ``$JS.ACK`` reply subject), the subject and the body. Headers are not read,
-except a status line that ends a pull request. Every other subscription on the connection
-is delivered by nats-py as before.
+(both from the ``$JS.ACK`` reply subject), the subject, the body, and the reply subject
+itself (the bytes the parser already holds), which is what an ack is published to. Headers
+are not read, except a status line that ends a pull request. Every other subscription on
+the connection is delivered by nats-py as before.
 
 As in :class:`~lodestream.eventlog.pull.PullConsumer`, only the first message of a batch is
 waited for; unlike it, the next batch is asked for before this one is handed out, so the
 server sends while the reader works (the consumer must allow two waiting pull requests).
+For a consumer that acks, that look-ahead is one batch delivered and not yet acked while the
+reader works on the one before: its ``max_ack_pending`` must leave room for two batches, and
+its ``ack_wait`` is what a reader that stalls longer is redelivered after.
 """
 
 from __future__ import annotations
@@ -41,23 +45,26 @@ _ENDS_REQUEST: Final = frozenset({b"404", b"408", b"409"})  # no messages, expir
 
 class Delivery(NamedTuple):
     """One message of the stream: its sequence, how many the consumer still held, its
-    subject and body."""
+    subject and body, and the reply subject its ack goes to."""
 
     seq: int
     pending: int
     subject: str
     data: bytes
+    reply: bytes
 
 
 class RawPull:
     """A pull consumer on ``nc`` for the durable or ephemeral consumer ``name`` of ``stream``.
 
-    :meth:`start` before fetching, :meth:`stop` always.
+    :meth:`start` before fetching, :meth:`stop` always; :meth:`start` again after
+    :meth:`stop` reads on a fresh inbox (for a consumer re-created meanwhile).
     """
 
-    def __init__(self, nc: Client, stream: str, name: str) -> None:
+    def __init__(self, nc: Client, stream: str, name: str, *, api: str = "$JS.API") -> None:
         self._nc = nc
-        self._subject = next_subject(stream, name)
+        # ``api``: the JetStream API prefix, as for PullConsumer.
+        self._subject = next_subject(stream, name).replace("$JS.API", api, 1)
         self._sid: int | None = None
         self._inbox = ""
         self._got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
@@ -65,7 +72,17 @@ class RawPull:
         self._remaining = 0  # messages the open pull requests may still deliver
         self._open_until = 0.0
 
+    @classmethod
+    def on(cls, js: Any, stream: str, name: str) -> RawPull:
+        """A reader on ``js``'s connection and API prefix, not started yet."""
+        return cls(js._nc, stream, name, api=js._prefix)
+
     async def start(self) -> RawPull:
+        # Nothing of an earlier inbox is kept: what it held was sent by a consumer that may
+        # since have been deleted, and no request of it is open on the new inbox.
+        self._got = []
+        self._remaining = 0
+        self._open_until = 0.0
         self._inbox = self._nc.new_inbox()
         # Subscribed through nats-py, so the server routes the inbox here and a reconnect
         # subscribes it again; its deliveries never reach the subscription's queue.
@@ -84,6 +101,14 @@ class RawPull:
         if sub is not None:
             await sub.unsubscribe()
         _unroute(self._nc, sid)
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Acknowledge ``delivery``; on an AckAll consumer, every delivery up to it.
+
+        Not waited for, as nats-py's ``Msg.ack``: an ack lost to an outage only means the
+        server delivers again after ``ack_wait``.
+        """
+        await self._nc.publish(delivery.reply.decode())
 
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
@@ -121,17 +146,24 @@ class RawPull:
         deliveries: list[Delivery] = []
         append = deliveries.append
         taken = 0
-        for subject, reply, data, headers in got:
-            taken += 1
-            if headers is not None and not data and headers[_STATUS_AT - 1 : _STATUS_AT] == b" ":
-                if headers[_STATUS_AT : _STATUS_AT + 3] in _ENDS_REQUEST:
-                    self._remaining = 0
-                continue  # a heartbeat or flow control: nothing of the stream
-            self._remaining -= 1
-            append(_delivery(subject, reply, data))
-            if len(deliveries) == limit:
-                break
-        del got[:taken]
+        try:
+            for subject, reply, data, headers in got:
+                taken += 1
+                if (
+                    headers is not None
+                    and not data
+                    and headers[_STATUS_AT - 1 : _STATUS_AT] == b" "
+                ):
+                    if headers[_STATUS_AT : _STATUS_AT + 3] in _ENDS_REQUEST:
+                        self._remaining = 0
+                    continue  # a heartbeat or flow control: nothing of the stream
+                self._remaining -= 1
+                append(_delivery(subject, reply, data))
+                if len(deliveries) == limit:
+                    break
+        finally:
+            # Also past a delivery that raised: it must not be read again on the next fetch.
+            del got[:taken]
         return deliveries
 
 
@@ -140,7 +172,7 @@ def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
     shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT
     if not reply.startswith(_ACK_PREFIX) or len(tokens) < _V1_TOKENS + shift:
         raise ReadError(f"not a JetStream delivery: reply subject {reply!r}")
-    return Delivery(int(tokens[5 + shift]), int(tokens[8 + shift]), subject.decode(), data)
+    return Delivery(int(tokens[5 + shift]), int(tokens[8 + shift]), subject.decode(), data, reply)
 
 
 def _routes(nc: Client) -> dict[int, Take]:
