@@ -31,6 +31,7 @@ from psycopg import AsyncConnection, sql
 from sqlalchemy import create_engine
 from sqlalchemy.schema import CreateIndex, CreateTable
 
+from lodestream.collector import collector_paused
 from lodestream.infra.postgres.tables import (
     READ_MODEL_TABLES,
     READ_SCHEMA,
@@ -151,6 +152,12 @@ class Rebuild:
         self._quarantined = 0
 
     async def run(self) -> RebuildReport:
+        # Every job is held in memory until its one write, and a full collection would walk
+        # all of them again every few batches; the replay makes no reference cycles.
+        with collector_paused():
+            return await self._run()
+
+    async def _run(self) -> RebuildReport:
         started = time.perf_counter()
         create_rebuild_schema(self._dsn)
         positions = dict.fromkeys(STREAMS, 0)
