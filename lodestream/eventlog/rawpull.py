@@ -172,7 +172,10 @@ def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
     shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT
     if not reply.startswith(_ACK_PREFIX) or len(tokens) < _V1_TOKENS + shift:
         raise ReadError(f"not a JetStream delivery: reply subject {reply!r}")
-    return Delivery(int(tokens[5 + shift]), int(tokens[8 + shift]), subject.decode(), data, reply)
+    # A subject need not be UTF-8 (see natsconn.TolerantClient): decoded with replacement
+    # characters, it fails the shared rule downstream instead of failing the read here.
+    subject_text = subject.decode(errors="replace")
+    return Delivery(int(tokens[5 + shift]), int(tokens[8 + shift]), subject_text, data, reply)
 
 
 def _routes(nc: Client) -> dict[int, Take]:

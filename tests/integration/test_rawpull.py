@@ -3,8 +3,9 @@
 What the analytics' replay needs of it (no acks) is tested in test_analytics_stream.py. Here:
 an ack reaches the server and covers the batch and nothing read ahead of it; a batch left
 unacked comes again after ``ack_wait``; a reader started again on a re-created consumer
-hands out nothing its old inbox held; and a delivery that is no message of the stream is
-refused once, not on every fetch after it.
+hands out nothing its old inbox held; a subject that is not UTF-8 is read as nats-py's
+tolerant client reads it; and a delivery that is no message of the stream is refused once,
+not on every fetch after it.
 """
 
 from __future__ import annotations
@@ -150,3 +151,25 @@ async def test_a_delivery_that_is_no_stream_message_is_refused_once(
         assert [d.seq for d in await fetch_until(pull, 1, 1)] == [2]
     finally:
         await pull.stop()
+
+
+async def test_a_subject_that_is_not_utf8_is_read_with_replacement_characters(
+    nc: Client, js: JetStreamContext
+) -> None:
+    # nats-py only sends str subjects; a site can write the protocol line itself, and the
+    # server stores it on the site's subjects (tests/security/test_malformed_bytes.py).
+    transport = nc._transport
+    assert transport is not None
+    transport.write(b"PUB evt.alpha.job.\xff\xfe.created 2\r\n{}\r\n")
+    await transport.drain()  # type: ignore[no-untyped-call]
+    await store(js, 1)
+    await durable(js)
+    pull = await RawPull.on(js, EVENTS_STREAM, DURABLE).start()
+    try:
+        got = await fetch_until(pull, 2, 2)
+    finally:
+        await pull.stop()
+    assert [(d.seq, d.subject, d.data) for d in got[:1]] == [
+        (1, "evt.alpha.job.\ufffd\ufffd.created", b"{}")
+    ]
+    assert got[1].seq == 2
