@@ -43,7 +43,6 @@ from bench.append import Appender
 from bench.stack import free_port
 from bench.stats import profile_summary
 from bench.summary import row
-from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.figures.latency import StageTable
 from lodestream.client.analytics.fold import TimelineFold
 from lodestream.client.analytics.intake import IntakeReport, accept
@@ -56,6 +55,7 @@ from lodestream.client.analytics.parallel import (
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_batches
 from lodestream.client.analytics.summary import summarize
+from lodestream.collector import collector_paused
 from lodestream.eventlog import jetstream
 from lodestream.eventlog.streams import ensure_streams
 from lodestream.infra.nats.auth import CONTROL_USER, new_password, render_authorization

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import nats.errors
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.agents.launcher import decide
@@ -307,7 +308,7 @@ class Launcher:
             with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
 
-    async def _fetch_and_offer(self, pulling: PullLoop) -> None:
+    async def _fetch_and_offer(self, pulling: PullLoop[Msg]) -> None:
         # No message stops the pilot: one whose offer fails is logged and, unsettled, redelivered.
         await pulling.once(each_message(self._offer, "launcher"))
 

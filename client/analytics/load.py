@@ -8,7 +8,7 @@
     summary = summarize(loaded)
 
 Each reads in batches and hands them to one :class:`~lodestream.client.analytics.replay.Replay`
-(with the cyclic collector paused: :mod:`~lodestream.client.analytics.collector`);
+(with the cyclic collector paused: :mod:`~lodestream.collector`);
 :func:`export_stream` and :func:`export_watch` write the same messages to a copy instead.
 """
 
@@ -19,7 +19,6 @@ from pathlib import Path
 
 from nats.aio.client import Client
 
-from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.errors import OutputError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line, file_batches
@@ -29,6 +28,7 @@ from lodestream.client.analytics.stream import stream_batches
 from lodestream.client.analytics.summary import Loaded
 from lodestream.client.analytics.watchsource import watch_batches
 from lodestream.client.credential import MonitorCredential
+from lodestream.collector import collector_paused
 
 
 def load_file(path: Path, selection: Selection | None = None) -> Loaded:

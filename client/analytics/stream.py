@@ -117,7 +117,7 @@ async def range_batches(
                 deliveries = await consumer.fetch(batch, FETCH_TIMEOUT_S)
             except (ReadError, NatsError) as exc:
                 raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
-            raws = [Raw(seq, subject, data) for seq, _, subject, data in deliveries if seq <= last]
+            raws = [Raw(d.seq, d.subject, d.data) for d in deliveries if d.seq <= last]
             if raws:
                 yield raws
             # Where the consumer is, whether this share kept its last messages or not: past the

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.errors import NothingSelected
 from lodestream.client.analytics.figures.backlog import Backlog, backlog
 from lodestream.client.analytics.figures.common import Unavailable
@@ -26,6 +25,7 @@ from lodestream.client.analytics.fold import FoldCounts, Timelines
 from lodestream.client.analytics.intake import IntakeReport
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.window import Bins, Window
+from lodestream.collector import collector_paused
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,9 +61,12 @@ def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
 @projector_app.command("run")
 def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the live projector until SIGINT/SIGTERM."""
+    from lodestream.collector import tune_collector  # noqa: PLC0415
     from lodestream.services.projector.main import run  # noqa: PLC0415
 
-    aio.run(run(_settings(state_dir, "projector")))
+    settings = _settings(state_dir, "projector")
+    tune_collector()  # as python -m lodestream.services.projector does
+    aio.run(run(settings))
 
 
 @projector_app.command("rebuild")

@@ -22,7 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 import nats.errors
 from nats.aio.client import Client
@@ -120,6 +120,17 @@ async def pull_consumer(js: Any, stream: str, durable: str) -> PullConsumer:
 BatchHandler = Callable[[list[Msg]], Awaitable[None]]
 MessageHandler = Callable[[Msg], Awaitable[None]]
 
+# What one fetch hands out: nats-py's messages, or what a reader makes of the bytes (the
+# projector reads EVENTS past nats-py's messages, see rawpull.py).
+Item = TypeVar("Item")
+
+
+class Fetcher(Protocol[Item]):
+    """What :class:`PullLoop` pulls from: :class:`PullConsumer`, or a reader like it."""
+
+    async def fetch(self, batch: int, timeout: float) -> list[Item]: ...  # noqa: ASYNC109 - as PullConsumer
+
+
 CONNECTION_ERRORS: Final[tuple[type[Exception], ...]] = (
     nats.errors.ConnectionClosedError,
     nats.errors.NoRespondersError,
@@ -129,7 +140,7 @@ CONNECTION_ERRORS: Final[tuple[type[Exception], ...]] = (
 supervisor restarts it). Site processes wait out every NATS error (``nats.errors.Error``)."""
 
 
-class PullLoop:
+class PullLoop(Generic[Item]):
     """Fetch batches from ``sub`` and hand each non-empty one to a handler, until stopped.
 
     ``batch`` is a size or a function asked before every fetch (a pilot fetches only what
@@ -141,7 +152,7 @@ class PullLoop:
 
     def __init__(
         self,
-        sub: PullConsumer,
+        sub: Fetcher[Item],
         *,
         name: str,
         batch: int | Callable[[], int],
@@ -156,7 +167,7 @@ class PullLoop:
         self._retried = retried
         self._retry_after_s = retry_after_s
 
-    async def fetch(self) -> list[Msg]:
+    async def fetch(self) -> list[Item]:
         """One batch; empty when nothing came within the timeout or NATS is away."""
         try:
             return await self.sub.fetch(self._batch(), timeout=self._timeout_s())
@@ -167,13 +178,15 @@ class PullLoop:
             await asyncio.sleep(self._retry_after_s)
             return []
 
-    async def once(self, handle: BatchHandler) -> None:
+    async def once(self, handle: Callable[[list[Item]], Awaitable[None]]) -> None:
         """Fetch one batch and hand it on, if anything came."""
         msgs = await self.fetch()
         if msgs:  # also empty after a status message only
             await handle(msgs)
 
-    async def run(self, handle: BatchHandler, stop: asyncio.Event) -> None:
+    async def run(
+        self, handle: Callable[[list[Item]], Awaitable[None]], stop: asyncio.Event
+    ) -> None:
         while not stop.is_set():
             await self.once(handle)
 
@@ -219,7 +232,7 @@ async def settle_delivery(settling: Awaitable[None], name: str) -> None:
 
 
 async def work_and_tick(
-    pulling: PullLoop,
+    pulling: PullLoop[Msg],
     handle: BatchHandler,
     tick: Callable[[], Awaitable[None]],
     interval_s: float,

@@ -6,9 +6,10 @@ queues the message, and a reader then splits the reply again for the stream sequ
 a replay of the whole log that is about half the cost of reading it. :class:`RawPull`
 takes the deliveries to its own inbox straight from the connection's protocol parser and
 keeps only what a bulk reader needs: the stream sequence and the count still pending
-(both from the ``$JS.ACK`` reply subject), the subject and the body. Headers are not read,
-except a status line that ends a pull request. Every other subscription on the connection
-is delivered by nats-py as before.
+(both from the ``$JS.ACK`` reply subject), the subject, the body, and the reply subject
+itself (the bytes the parser already holds), which is what an ack is published to. Headers
+are not read, except a status line that ends a pull request. Every other subscription on
+the connection is delivered by nats-py as before.
 
 As in :class:`~lodestream.eventlog.pull.PullConsumer`, only the first message of a batch is
 waited for; unlike it, the next batch is asked for before this one is handed out, so the
@@ -17,6 +18,10 @@ server sends while the reader works (the consumer must allow two waiting pull re
 A reader that wants only some subjects (one process of a replay split by aggregate) passes
 ``keep``: the others are dropped before anything of them is parsed, and :attr:`RawPull.position`
 still says how far the consumer has delivered, kept or not.
+
+For a consumer that acks, that look-ahead is one batch delivered and not yet acked while the
+reader works on the one before: its ``max_ack_pending`` must leave room for two batches, and
+its ``ack_wait`` is what a reader that stalls longer is redelivered after.
 """
 
 from __future__ import annotations
@@ -47,12 +52,13 @@ _NO_RESPONDERS: Final = b"503"  # nothing listens on the consumer's subject: it 
 
 class Delivery(NamedTuple):
     """One message of the stream: its sequence, how many the consumer still held, its
-    subject and body."""
+    subject and body, and the reply subject its ack goes to."""
 
     seq: int
     pending: int
     subject: str
     data: bytes
+    reply: bytes
 
 
 class Position(NamedTuple):
@@ -66,14 +72,19 @@ class RawPull:
     """A pull consumer on ``nc`` for the durable or ephemeral consumer ``name`` of ``stream``;
     with ``keep``, only the messages whose subject (bytes) it keeps are handed out.
 
-    :meth:`start` before fetching, :meth:`stop` always.
+    :meth:`start` before fetching, :meth:`stop` always; :meth:`start` again after
+    :meth:`stop` reads on a fresh inbox (for a consumer re-created meanwhile).
     """
 
-    def __init__(self, nc: Client, stream: str, name: str, keep: Keep | None = None) -> None:
+    def __init__(
+        self, nc: Client, stream: str, name: str, keep: Keep | None = None, *,
+        api: str = "$JS.API",
+    ) -> None:  # fmt: skip
         self._nc = nc
         self._keep = keep
         self.position: Position | None = None  # None: nothing delivered yet
-        self._subject = next_subject(stream, name)
+        # ``api``: the JetStream API prefix, as for PullConsumer.
+        self._subject = next_subject(stream, name).replace("$JS.API", api, 1)
         self._sid: int | None = None
         self._inbox = ""
         self._got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
@@ -81,7 +92,17 @@ class RawPull:
         self._remaining = 0  # messages the open pull requests may still deliver
         self._open_until = 0.0
 
+    @classmethod
+    def on(cls, js: Any, stream: str, name: str) -> RawPull:
+        """A reader on ``js``'s connection and API prefix, not started yet."""
+        return cls(js._nc, stream, name, api=js._prefix)
+
     async def start(self) -> RawPull:
+        # Nothing of an earlier inbox is kept: what it held was sent by a consumer that may
+        # since have been deleted, and no request of it is open on the new inbox.
+        self._got = []
+        self._remaining = 0
+        self._open_until = 0.0
         self._inbox = self._nc.new_inbox()
         # Subscribed through nats-py, so the server routes the inbox here and a reconnect
         # subscribes it again; its deliveries never reach the subscription's queue.
@@ -100,6 +121,14 @@ class RawPull:
         if sub is not None:
             await sub.unsubscribe()
         _unroute(self._nc, sid)
+
+    async def ack(self, delivery: Delivery) -> None:
+        """Acknowledge ``delivery``; on an AckAll consumer, every delivery up to it.
+
+        Not waited for, as nats-py's ``Msg.ack``: an ack lost to an outage only means the
+        server delivers again after ``ack_wait``.
+        """
+        await self._nc.publish(delivery.reply.decode())
 
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``
@@ -144,27 +173,33 @@ class RawPull:
         append = deliveries.append
         taken = 0
         passed: bytes | None = None  # the reply of the last message left out, if it was last
-        for subject, reply, data, headers in got:
-            taken += 1
-            if headers is not None and not data and headers[_STATUS_AT - 1 : _STATUS_AT] == b" ":
-                status = headers[_STATUS_AT : _STATUS_AT + 3]
-                if status == _NO_RESPONDERS:
-                    # Asked again and again, it would answer the same for ever.
-                    del got[:taken]
-                    raise ReadError("no consumer answers the pull request (503): the consumer, "
-                                    "or its stream, was deleted")  # fmt: skip
-                if status in _ENDS_REQUEST:
-                    self._remaining = 0
-                continue  # a heartbeat or flow control: nothing of the stream
-            self._remaining -= 1
-            if keep is not None and not keep(subject):
-                passed = reply
-                continue
-            passed = None
-            append(_delivery(subject, reply, data))
-            if len(deliveries) == limit:
-                break
-        del got[:taken]
+        try:
+            for subject, reply, data, headers in got:
+                taken += 1
+                if (
+                    headers is not None
+                    and not data
+                    and headers[_STATUS_AT - 1 : _STATUS_AT] == b" "
+                ):
+                    status = headers[_STATUS_AT : _STATUS_AT + 3]
+                    if status == _NO_RESPONDERS:
+                        # Asked again and again, it would answer the same for ever.
+                        raise ReadError("no consumer answers the pull request (503): the "
+                                        "consumer, or its stream, was deleted")  # fmt: skip
+                    if status in _ENDS_REQUEST:
+                        self._remaining = 0
+                    continue  # a heartbeat or flow control: nothing of the stream
+                self._remaining -= 1
+                if keep is not None and not keep(subject):
+                    passed = reply
+                    continue
+                passed = None
+                append(_delivery(subject, reply, data))
+                if len(deliveries) == limit:
+                    break
+        finally:
+            # Also past a delivery that raised: it must not be read again on the next fetch.
+            del got[:taken]
         if passed is not None:
             seq, pending = _position(passed)
             self.position = Position(seq, pending)
@@ -175,7 +210,9 @@ class RawPull:
 
 def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
     seq, pending = _position(reply)
-    return Delivery(seq, pending, subject.decode(), data)
+    # A subject need not be UTF-8 (see natsconn.TolerantClient): decoded with replacement
+    # characters, it fails the shared rule downstream instead of failing the read here.
+    return Delivery(seq, pending, subject.decode(errors="replace"), data, reply)
 
 
 def _position(reply: bytes) -> tuple[int, int]:

@@ -10,6 +10,12 @@ the gap away.) Messages at or below the position are skipped, so every
 event is applied exactly once. A Postgres error keeps the batch in memory and
 retries it; NATS outages are ridden out by the client's reconnects.
 
+EVENTS is read as bytes (reading.py), and its reader asks for the next batch while
+one is applied. That batch waits, unacked, until its own turn: an ack covers only
+what was committed, a Postgres outage past ``ack_wait`` only has the server send it
+again (at or below the position by then, so skipped), and a repositioning starts a
+fresh inbox, so nothing read ahead from the old consumer is applied.
+
 HB is different: per-subject limits and TTLs delete heartbeats, so its
 sequences have natural gaps and only order, not contiguity, is checked.
 """
@@ -24,14 +30,13 @@ from typing import Any
 
 import nats.errors
 import psycopg
-from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection
 
-from lodestream.eventlog.pull import CONNECTION_ERRORS, PullConsumer, PullLoop, stream_seq
-from lodestream.schemas.subjects import HB_STREAM
+from lodestream.eventlog.errors import ReadError
+from lodestream.eventlog.pull import CONNECTION_ERRORS, PullLoop
 from lodestream.services.projector.cache import FoldCache
 from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
 from lodestream.services.projector.projection import (
@@ -42,22 +47,16 @@ from lodestream.services.projector.projection import (
     job_ids_to_load,
     xfer_ids_to_load,
 )
+from lodestream.services.projector.reading import StreamReader, stream_reader
 from lodestream.services.projector.rows import QuarantineRow
 from lodestream.services.projector.store import Position, ProjectionStore
 
 log = logging.getLogger(__name__)
 
-
-def raw_from_msg(stream: str, msg: Any) -> RawMessage:
-    return RawMessage(
-        stream=stream,
-        seq=stream_seq(msg),
-        subject=msg.subject,
-        data=msg.data,
-        # Only HB's markers are read by their headers; an event's are the publisher's own.
-        headers=dict(msg.headers) if msg.headers and stream == HB_STREAM else None,
-    )
-
+# Waited out like NATS being away. A delivery that is no message of the stream is dropped by
+# the reader; if it came amid a batch, the batch's next fetch does not follow the position,
+# and the consumer is repositioned (see Gap).
+READ_ERRORS = (*CONNECTION_ERRORS, ReadError)
 
 # Errors that depend on a message's content (a value out of range, text Postgres cannot
 # encode, a duplicate key), not on Postgres being up or granted: retrying cannot help.
@@ -94,6 +93,7 @@ async def position_consumer(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=max(start_seq, 1),
             ack_wait=60.0,
+            # The batch being applied and the one read ahead, with room for a redelivery.
             max_ack_pending=batch * 4,
             max_waiting=16,
             description="lodestream projector: folds the log into the Postgres read models",
@@ -130,16 +130,16 @@ class Projector:
         self.unstorable = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        sub = PullConsumer.on(self._js, self._stream, self._durable)
-        await self._deliver_after(sub, await self._applied_position(), stop)
+        reader = stream_reader(self._js, self._stream, self._durable)
+        await self._deliver_after(reader, await self._applied_position(), stop)
         pulling = PullLoop(
-            sub, name=f"projector {self._stream}", batch=self._batch_size,
-            timeout_s=self._fetch_timeout_s, retried=CONNECTION_ERRORS,
+            reader, name=f"projector {self._stream}", batch=self._batch_size,
+            timeout_s=self._fetch_timeout_s, retried=READ_ERRORS,
         )  # fmt: skip
         try:
-            await pulling.run(functools.partial(self._on_batch, sub, stop), stop)
+            await pulling.run(functools.partial(self._on_batch, reader, stop), stop)
         finally:
-            await sub.stop()
+            await reader.stop()
             await self.close()
 
     async def close(self) -> None:
@@ -148,18 +148,19 @@ class Projector:
             await self._conn.close()
             self._conn = None
 
-    async def _on_batch(self, sub: PullConsumer, stop: asyncio.Event, msgs: list[Msg]) -> None:
+    async def _on_batch(
+        self, reader: StreamReader, stop: asyncio.Event, raws: list[RawMessage]
+    ) -> None:
         """Apply a batch, then ack it with its last message (AckAll)."""
-        raws = [raw_from_msg(self._stream, m) for m in msgs]
         try:
             applied = await self.apply(raws, stop)
         except Gap as gap:
             log.info("projector %s: %s; re-positioning", self._stream, gap)
-            await sub.stop()
-            await self._deliver_after(sub, gap.position, stop)
+            await reader.stop()
+            await self._deliver_after(reader, gap.position, stop)
             return
         if applied:
-            await msgs[-1].ack()
+            await reader.ack_batch()
 
     async def _applied_position(self) -> int:
         while True:
@@ -172,8 +173,10 @@ class Projector:
                 self._conn = None
                 await asyncio.sleep(1.0)
 
-    async def _deliver_after(self, sub: PullConsumer, position: int, stop: asyncio.Event) -> None:
-        """(Re)create the durable to deliver from ``position + 1`` and (re)start ``sub`` on it.
+    async def _deliver_after(
+        self, reader: StreamReader, position: int, stop: asyncio.Event
+    ) -> None:
+        """(Re)create the durable to deliver from ``position + 1`` and (re)start ``reader`` on it.
 
         Re-creating the durable is idempotent, so any NATS failure here (a request that
         timed out while the server restarts, no responders yet) is waited out rather than
@@ -185,7 +188,7 @@ class Projector:
                 await position_consumer(
                     self._js, self._stream, self._durable, self._batch_size, position + 1
                 )
-                await sub.start()
+                await reader.start()
             except (nats.errors.Error, TimeoutError) as exc:
                 log.warning("projector %s: cannot position the consumer after %d (%s); retrying",
                             self._stream, position, exc or type(exc).__name__)  # fmt: skip

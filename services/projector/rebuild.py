@@ -2,9 +2,10 @@
 
 1. Create schema ``rm_rebuild`` with exactly the live tables (same metadata,
    schema translated), so index and constraint names match the migrations.
-2. Replay EVENTS then HB from sequence 1 with an ephemeral no-ack consumer,
-   holding every job in memory so each job row is written once; then build
-   the indexes other than the keys, once, over the loaded rows.
+2. Replay EVENTS then HB from sequence 1 with an ephemeral no-ack consumer
+   (EVENTS read as bytes, see reading.py), holding every job in memory so
+   each job row is written once; then build the indexes other than the keys,
+   once, over the loaded rows.
 3. Lock the live projector's position rows (the live projector waits),
    replay what arrived meanwhile, and in the same transaction rename
    ``rm`` away, ``rm_rebuild`` to ``rm`` and drop the old schema.
@@ -30,7 +31,7 @@ from psycopg import AsyncConnection, sql
 from sqlalchemy import create_engine
 from sqlalchemy.schema import CreateIndex, CreateTable
 
-from lodestream.eventlog.pull import pull_consumer
+from lodestream.collector import collector_paused
 from lodestream.infra.postgres.tables import (
     READ_MODEL_TABLES,
     READ_SCHEMA,
@@ -38,10 +39,10 @@ from lodestream.infra.postgres.tables import (
     metadata,
 )
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
-from lodestream.services.projector.consumer import raw_from_msg
 from lodestream.services.projector.errors import RebuildError
 from lodestream.services.projector.messages import RawMessage, decode_message
 from lodestream.services.projector.projection import Changes, Known, Projection
+from lodestream.services.projector.reading import stream_reader
 from lodestream.services.projector.store import ProjectionStore
 
 log = logging.getLogger(__name__)
@@ -115,18 +116,18 @@ async def read_stream(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=first,
             inactive_threshold=30.0,
-            max_waiting=1,
+            max_waiting=2,  # the EVENTS reader asks for the next batch while one is folded
         ),
     )
-    sub = await pull_consumer(js, stream, name)
+    reader = stream_reader(js, stream, name)
+    await reader.start()
     try:
         seen = first - 1
         while seen < last:
-            msgs = await sub.fetch(batch, timeout=2.0)
-            raws = [raw_from_msg(stream, m) for m in msgs]
-            if msgs and not any(r.seq <= last for r in raws):
+            fetched = await reader.fetch(batch, timeout=2.0)
+            if fetched and not any(r.seq <= last for r in fetched):
                 return  # past the end we were asked for
-            raws = [r for r in raws if r.seq <= last]
+            raws = [r for r in fetched if r.seq <= last]
             if raws:
                 seen = raws[-1].seq
                 yield raws
@@ -135,7 +136,7 @@ async def read_stream(
                 # out (HB keeps heartbeats and markers only so long), so there is no more.
                 return
     finally:
-        await sub.stop()
+        await reader.stop()
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(stream, name)
 
@@ -151,6 +152,12 @@ class Rebuild:
         self._quarantined = 0
 
     async def run(self) -> RebuildReport:
+        # Every job is held in memory until its one write, and a full collection would walk
+        # all of them again every few batches; the replay makes no reference cycles.
+        with collector_paused():
+            return await self._run()
+
+    async def _run(self) -> RebuildReport:
         started = time.perf_counter()
         create_rebuild_schema(self._dsn)
         positions = dict.fromkeys(STREAMS, 0)

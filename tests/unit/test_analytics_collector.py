@@ -1,7 +1,7 @@
 """The analytics pause the cyclic collector only because they make no reference cycles.
 
-A replay and the figures run with the collector paused (:mod:`lodestream.client.analytics.
-collector`); were a cycle made there, it would stay in memory until the collector runs
+A replay and the figures run with the collector paused (:mod:`lodestream.collector`); were
+a cycle made there, it would stay in memory until the collector runs
 again. Here a replay of the hand-computed log, with refusals and an illegal transition, and
 its figures make nothing the collector would find, and the pause leaves the collector as
 it found it.
@@ -14,9 +14,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.summary import summarize
+from lodestream.collector import collector_paused
 from tests.support.analytics import hand_log
 
 

@@ -42,13 +42,13 @@ class FakeMsg:
     subject: str
 
 
-def loop_over(scripted: Scripted, **kwargs: Any) -> PullLoop:
+def loop_over(scripted: Scripted, **kwargs: Any) -> PullLoop[Msg]:
     options: dict[str, Any] = {"name": "test", "batch": 10, "timeout_s": 0.01}
     options.update(kwargs)
     return PullLoop(cast(PullConsumer, scripted), retry_after_s=0.0, **options)
 
 
-async def collect(pulling: PullLoop, rounds: int) -> list[list[Any]]:
+async def collect(pulling: PullLoop[Msg], rounds: int) -> list[list[Any]]:
     batches: list[list[Any]] = []
 
     async def handle(msgs: list[Msg]) -> None:

@@ -13,7 +13,6 @@ from typing import Final
 
 from nats.aio.client import Client
 
-from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.intake import log_refusal
 from lodestream.client.analytics.load import load_stream
 from lodestream.client.analytics.parallel.merge import merge_parts
@@ -23,6 +22,7 @@ from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_span
 from lodestream.client.analytics.summary import Loaded
+from lodestream.collector import collector_paused
 from lodestream.settings import NatsSettings
 
 # Each process reads the whole range (the client parses every message, the server sends

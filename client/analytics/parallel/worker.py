@@ -26,7 +26,6 @@ from multiprocessing.connection import Connection
 from typing import Final
 
 from lodestream.client.analytics import intake
-from lodestream.client.analytics.collector import collector_paused
 from lodestream.client.analytics.connection import control_connection
 from lodestream.client.analytics.errors import AnalyticsError, SourceError
 from lodestream.client.analytics.parallel.partition import keeper
@@ -34,6 +33,7 @@ from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import range_batches
 from lodestream.client.analytics.summary import Loaded
+from lodestream.collector import collector_paused
 from lodestream.settings import NatsSettings
 
 # Exit statuses of a process whose parent went away (nobody wants its result): seen while
