@@ -96,8 +96,9 @@ class WorkerLoop:
         if self._exit is None and now - self._heard > self._timeout_s:
             why = f"rank 0 silent for {self._timeout_s:g} s"
             self._exit = WorkerExit(1, why)
+            # Said before the kill: whoever sees the jobs gone can read why.
+            log.error("worker rank %d: %s; killing its %d jobs", self._rank, why, len(self._tasks))
             self._stop_all(kill=True)
-            log.error("worker rank %d: %s; killed its %d jobs", self._rank, why, len(self._tasks))
         self._channel.progress()
         return busy
 
