@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.fixtures.sshd",
     "tests.fixtures.docker",
     "tests.fixtures.containers",
+    "tests.fixtures.gcstate",
 ]

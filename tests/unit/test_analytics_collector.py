@@ -10,23 +10,11 @@ it found it.
 from __future__ import annotations
 
 import gc
-from collections.abc import Iterator
-
-import pytest
 
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.summary import summarize
 from lodestream.collector import collector_paused
 from tests.support.analytics import hand_log
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    was = gc.isenabled()
-    try:
-        yield
-    finally:
-        (gc.enable if was else gc.disable)()
 
 
 def test_a_replay_and_its_figures_leave_nothing_to_collect(collector: None) -> None:

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import gc
 import uuid
-from collections.abc import Iterator
-
-import pytest
 
 from lodestream.schemas.codec import encode
 from lodestream.schemas.envelope import Event
@@ -26,15 +23,6 @@ from lodestream.services.projector.messages import RawMessage, decode_message
 from lodestream.services.projector.projection import Changes, Known, Projection
 from tests.support.builders import job_created, lifecycle, site_registered
 from tests.support.folding import AT, OWNER, SESSION, SITE
-
-
-@pytest.fixture
-def collector() -> Iterator[None]:
-    was = gc.isenabled()
-    try:
-        yield
-    finally:
-        (gc.enable if was else gc.disable)()
 
 
 def event_messages() -> list[RawMessage]:
