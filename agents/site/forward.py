@@ -20,6 +20,7 @@ compare-and-set decide, exactly as for an append made while the link was up.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -68,20 +69,27 @@ class Forwarder:
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = None
-        while not stop.is_set():
-            try:
-                if sub is None:
-                    await ensure_outbox(self._local, self._site)
-                    sub = await self._local.pull_subscribe_bind(FORWARDER, stream=OUTBOX_STREAM)
-                msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue  # nothing kept
-            except Exception as exc:  # the leaf itself away: the site's own server
-                log.warning("forwarder: cannot read the outbox: %s", exc or type(exc).__name__)
-                await stopped_within(stop, RETRY.cap_s)
-                continue
-            for msg in msgs:
-                await self._forward(msg, stop)
+        try:
+            while not stop.is_set():
+                try:
+                    if sub is None:
+                        await ensure_outbox(self._local, self._site)
+                        sub = await self._local.pull_subscribe_bind(FORWARDER, stream=OUTBOX_STREAM)
+                    msgs = await sub.fetch(1, timeout=FETCH_WAIT_S)
+                except (nats.errors.TimeoutError, TimeoutError):
+                    continue  # nothing kept
+                except Exception as exc:  # the leaf itself away: the site's own server
+                    log.warning("forwarder: cannot read the outbox: %s", exc or type(exc).__name__)
+                    await stopped_within(stop, RETRY.cap_s)
+                    continue
+                for msg in msgs:
+                    await self._forward(msg, stop)
+        finally:
+            # A pull subscription left open never drains: the agent's closing drain of the
+            # connection then waited for it until its service manager killed it.
+            if sub is not None:
+                with contextlib.suppress(nats.errors.Error):
+                    await sub.unsubscribe()
 
     async def _forward(self, msg: Any, stop: asyncio.Event) -> None:
         try:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -25,7 +27,7 @@ from nats.js.errors import NotFoundError
 from lodestream.infra.nats.leaf import HUB_DOMAIN
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from lodestream.schemas.subjects import EVENTS_STREAM
-from tests.security.attack import api_client, control_connection
+from tests.security.attack import Api, api_client, control_connection
 from tests.support.leaf import LeafSite, job_events, leaf_site
 from tests.support.stack import SITE_OWNERS, running_stack
 
@@ -48,6 +50,21 @@ def types(events: list[tuple[int, str, str]]) -> list[str]:
     return [t for _, t, _ in events]
 
 
+async def site_ready(api: Api) -> None:
+    """Wait until the hub knows the app the jobs run: submitted before that, they are
+    created CREATED and wait for the controller's retries instead of starting together."""
+
+    async def apps_known() -> bool:
+        response = await api.client.get(
+            "/apps", params={"site": "alpha"}, headers=api.stack.auth(ADA)
+        )
+        return response.status_code == 200 and any(
+            app["name"] == "sleeper" for app in response.json()
+        )
+
+    await until("the site's apps at the hub", apps_known)
+
+
 async def test_a_leaf_site_rides_out_a_cut_and_hears_a_kill_after(
     tmp_path: Path, postgres_server: EmbeddedPostgres
 ) -> None:
@@ -60,11 +77,15 @@ async def test_a_leaf_site_rides_out_a_cut_and_hears_a_kill_after(
                 api_client(stack) as api, control_connection(stack) as js:  # fmt: skip
             leaf.agent()
             leaf.pilot("pilot")
+            await site_ready(api)
             # Submitted without waiting for the read model, so that they start together.
+            # Four to a node: the pilot's two nodes start all five at once.
             doomed = await api.submit(ADA, "alpha", wait=False, app="sleeper",
+                                      node_packing_count=4,
                                       parameters={"seconds": "120"})  # fmt: skip
             short = [await api.submit(ADA, "alpha", wait=False, app="sleeper",
-                                      parameters={"seconds": "8"}) for _ in range(4)]  # fmt: skip
+                                      node_packing_count=4, parameters={"seconds": "8"})
+                     for _ in range(4)]  # fmt: skip
             jobs = [str(j) for j in [*short, doomed]]
 
             async def all_started() -> bool:
@@ -113,6 +134,20 @@ async def test_a_leaf_site_rides_out_a_cut_and_hears_a_kill_after(
             await until("the kill reaching the pilot", kill_heard)
             assert types(events[str(doomed)])[-1] == "job.killed"
             assert await leaf.outbox_size() == 0
+            await stops_on_sigterm(leaf.processes["agent"])
+            # Its forwarder's pull subscription, left open, once kept the closing drain of its
+            # connection waiting for nats-py's drain timeout (30 s) on every stop.
+            assert "DrainTimeoutError" not in stack.log_text("agent")
+
+
+async def stops_on_sigterm(proc: subprocess.Popen[bytes]) -> None:
+    """The agent ends by itself, and well, on SIGTERM."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        code = await asyncio.to_thread(proc.wait, WAIT_S)  # a hang, not a speed, is the fault
+    except subprocess.TimeoutExpired:
+        raise AssertionError("the site agent did not stop on SIGTERM") from None
+    assert code == 0, f"the site agent exited with {code}"
 
 
 async def test_a_lease_the_hub_expired_during_the_cut_wins(
@@ -128,6 +163,7 @@ async def test_a_lease_the_hub_expired_during_the_cut_wins(
                 api_client(stack) as api, control_connection(stack) as js:  # fmt: skip
             leaf.agent()
             leaf.pilot("pilot")
+            await site_ready(api)
             running = await api.submit(ADA, "alpha", wait=False, app="sleeper",
                                        parameters={"seconds": "120"})  # fmt: skip
             late = await api.submit(ADA, "alpha", wait=False, app="sleeper",

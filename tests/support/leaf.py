@@ -131,14 +131,16 @@ async def leaf_site(stack: Stack, site: str, **launcher: Any) -> AsyncIterator[L
             await leaf.linked()  # the site's agent publishes its apps to the hub at start
             yield leaf
         finally:
-            for proc in leaf.processes.values():
-                _stop(proc)
+            # In a thread: the proxy forwards on this loop, and a pilot that stops closes its
+            # session at the hub through it. Stopped here, it waited out its timeouts.
+            await asyncio.to_thread(_stop_all, list(leaf.processes.values()))
             server.stop()
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    terminate(proc)
-    kill_group(proc)
+def _stop_all(processes: list[subprocess.Popen[bytes]]) -> None:
+    for proc in processes:
+        terminate(proc)
+        kill_group(proc)
 
 
 async def job_events(js: JetStreamContext, site: str) -> dict[str, list[tuple[int, str, str]]]:
