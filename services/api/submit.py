@@ -14,11 +14,8 @@ import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any
 
-from pydantic import AwareDatetime, TypeAdapter
-
-from lodestream.schemas.envelope import Actor
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import keyed_id, uuid7
 from lodestream.schemas.placement import AUTO_SITE, DEFAULT_STRATEGY
@@ -27,9 +24,6 @@ from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, inva
 from lodestream.services.api.models import JobSubmission, SubmitRequest
 from lodestream.services.api.placement import Placer, SiteLoad
 from lodestream.settings import Settings
-
-_ACTOR: Final = TypeAdapter(Actor)
-_OCCURRED_AT: Final = TypeAdapter(AwareDatetime)
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,9 +301,7 @@ def build_events(
     Raises Conflict when a job id is taken by a job this request did not create.
     """
     key = request.idempotency_key
-    # What every event of the request shares, validated once as JobCreated would (see below).
-    who = _ACTOR.validate_python(actor(user))
-    occurred_at = _OCCURRED_AT.validate_python(now)
+    who = actor(user)
     to_append: list[JobCreated] = []
     already: dict[int, Existing] = {}
     conflicts: list[dict[str, Any]] = []
@@ -328,22 +320,16 @@ def build_events(
         if created_runnable(job, catalog.apps.get(job.site, {}).get(job.app)):
             # model_copy does not validate: CREATED_RUNNABLE is the one skip the fold accepts.
             data = job.model_copy(update={"skipped": CREATED_RUNNABLE})
-        # Constructed, not validated: each field is already what JobCreated's validation would
-        # make of it. The ids are UUIDs; site is the submission's validated slug (or the
-        # live site resolve_auto chose); actor and occurred_at were validated above; and a
-        # JobSubmission is a CreatedData, which validation passes through as-is (JobCreated.data
-        # serialises by its declared type, so ``id`` never reaches the log).
-        # tests/unit/test_submit_construct.py holds it to JobCreated.create, byte for byte.
         to_append.append(
-            JobCreated.model_construct(
-                id=eid,
+            JobCreated.create(
                 site=job.site,
                 aggregate_id=job_id,
-                occurred_at=occurred_at,
                 actor=who,
-                causation_id=None,
-                correlation_id=None,
+                # A JobSubmission is a JobSpec: passed as-is, it is not validated again, and
+                # JobCreated.data serialises by its declared type, so ``id`` never reaches the log.
                 data=data,
+                event_id=eid,
+                occurred_at=now,
             )
         )
     if conflicts:
