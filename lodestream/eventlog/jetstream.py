@@ -29,7 +29,12 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import orjson
-from nats.errors import ConnectionClosedError, MaxPayloadError, OutboundBufferLimitError
+from nats.errors import (
+    ConnectionClosedError,
+    ConnectionDrainingError,
+    MaxPayloadError,
+    OutboundBufferLimitError,
+)
 from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError
@@ -76,8 +81,10 @@ class JetStream(JetStreamContext):
         ``publish_async_max_pending``, as ``publish_async`` does.
         """
         nc = self._nc
-        if nc.is_closed or nc.is_draining_pubs:
+        if nc.is_closed:
             raise ConnectionClosedError
+        if nc.is_draining_pubs:
+            raise ConnectionDrainingError
         too_big = next((m for m in messages if m.size > nc.max_payload), None)
         if too_big is not None:
             raise MaxPayloadError(f"{too_big.subject}: {too_big.size} bytes")
