@@ -20,17 +20,33 @@ from nats.js.api import PubAck
 from nats.js.errors import APIError, NoStreamResponseError
 
 from lodestream.eventlog.errors import AppendError, ConflictError, EventLogError
+from lodestream.eventlog.jetstream import JetStream
+from lodestream.eventlog.wire import (
+    H_EXPECTED_STREAM,
+    H_EXPECTED_SUBJECT,
+    H_EXPECTED_SUBJECT_SEQ,
+    H_MSG_ID,
+    Outgoing,
+    headers_for,
+)
 from lodestream.schemas.codec import encode
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.subjects import EVENTS_STREAM
 
+# The header names and headers_for moved to wire.py with Outgoing; importers keep this path.
+__all__ = [
+    "H_EXPECTED_STREAM",
+    "H_EXPECTED_SUBJECT",
+    "H_EXPECTED_SUBJECT_SEQ",
+    "H_MSG_ID",
+    "Appended",
+    "EventLog",
+    "Rejected",
+    "headers_for",
+]
+
 WRONG_LAST_SEQUENCE = 10071
 _ACTUAL_SEQ = re.compile(r"(\d+)\s*$")
-
-H_MSG_ID = "Nats-Msg-Id"
-H_EXPECTED_STREAM = "Nats-Expected-Stream"
-H_EXPECTED_SUBJECT_SEQ = "Nats-Expected-Last-Subject-Sequence"
-H_EXPECTED_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +60,6 @@ class Appended:
 class Rejected:
     event: Event
     error: EventLogError
-
-
-def headers_for(event: Event, expect: int | None) -> dict[str, str]:
-    headers = {H_MSG_ID: str(event.id), H_EXPECTED_STREAM: EVENTS_STREAM}
-    if expect is not None:
-        headers[H_EXPECTED_SUBJECT_SEQ] = str(expect)
-        headers[H_EXPECTED_SUBJECT] = event.aggregate_subjects
-    return headers
 
 
 class EventLog:
@@ -96,6 +104,34 @@ class EventLog:
                     event.subject, encode(event), headers=headers_for(event, expect)
                 )
             )
+        return await self._outcomes(items, futures)
+
+    async def append_batch(self, messages: Sequence[Outgoing]) -> list[Appended | Rejected]:
+        """:meth:`append_many` for appends already encoded (:class:`Outgoing`), in few writes.
+
+        For large batches (a bulk submission): the messages go out through
+        :meth:`JetStream.publish_batch`, where the context is lodestream's own, and with the
+        same outcomes as :meth:`append_many`. nats-py's errors when the connection cannot
+        take the batch (closed, or a message over ``max_payload``) propagate, as from
+        :meth:`append_many`; with lodestream's context nothing was sent then.
+        """
+        if not isinstance(self._js, JetStream):  # a plain nats-py context: one at a time
+            futures = [
+                await self._js.publish_async(
+                    m.subject, m.payload, headers=headers_for(m.event, m.expect)
+                )
+                for m in messages
+            ]
+        else:
+            futures = await self._js.publish_batch(messages)
+        return await self._outcomes([(m.event, m.expect) for m in messages], futures)
+
+    async def _outcomes(
+        self,
+        items: Sequence[tuple[Event, int | None]],
+        futures: Sequence[asyncio.Future[PubAck]],
+    ) -> list[Appended | Rejected]:
+        """One outcome per item, in order, from the ack futures of its publish."""
         done = await asyncio.wait_for(
             asyncio.gather(*futures, return_exceptions=True),
             timeout=self._timeout_s + 0.001 * len(items),

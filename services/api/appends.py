@@ -17,24 +17,16 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
 from lodestream.eventlog import Appended, ConflictError, EventLog
-from lodestream.eventlog.append import H_MSG_ID, headers_for
-from lodestream.schemas.codec import encode
+from lodestream.eventlog.wire import H_MSG_ID, Outgoing
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.api.errors import TooLarge
-
-# nats-py writes headers as "NATS/1.0\r\n", then "Key: value\r\n" each, then "\r\n"; the
-# server counts them with the payload against max_payload.
-_HEADER_LINE: Final = len(b"NATS/1.0\r\n")
-_HEADER_SEPARATORS: Final = len(b": \r\n")
-_HEADER_END: Final = len(b"\r\n")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,16 +45,12 @@ class Refused:
 
 def message_size(event: Event, expect: int | None) -> int:
     """The bytes the server counts against ``max_payload`` to append ``event``."""
-    headers = headers_for(event, expect)
-    header_bytes = _HEADER_LINE + _HEADER_END
-    header_bytes += sum(len(k) + len(v) + _HEADER_SEPARATORS for k, v in headers.items())
-    return header_bytes + len(encode(event))
+    return Outgoing.of(event, expect).size
 
 
-def oversized(events: Sequence[Event], expect: int | None, limit: int) -> list[tuple[int, int]]:
-    """``(position, bytes)`` of each of ``events`` that is over ``limit`` as a message."""
-    sizes = ((position, message_size(event, expect)) for position, event in enumerate(events))
-    return [(position, size) for position, size in sizes if size > limit]
+def oversized(messages: Sequence[Outgoing], limit: int) -> list[tuple[int, int]]:
+    """``(position, bytes)`` of each of ``messages`` that is over ``limit``."""
+    return [(position, m.size) for position, m in enumerate(messages) if m.size > limit]
 
 
 def ensure_fits(event: Event, expect: int | None, limit: int) -> None:
@@ -77,11 +65,12 @@ def ensure_fits(event: Event, expect: int | None, limit: int) -> None:
 
 
 async def append_created(
-    log: EventLog, js: JetStreamContext, events: Sequence[Event]
+    log: EventLog, js: JetStreamContext, messages: Sequence[Outgoing]
 ) -> list[Accepted | Refused]:
-    """Append ``events`` (each creating a new aggregate), pipelined; one outcome per event."""
+    """Append ``messages`` (each creating a new aggregate, ``expect=0``) pipelined; one
+    outcome per message."""
     outcomes: list[Accepted | Refused] = []
-    for result in await log.append_many([(event, 0) for event in events]):
+    for result in await log.append_batch(messages):
         event = result.event
         if isinstance(result, Appended):
             outcomes.append(Accepted(event.aggregate_id, result.seq, result.duplicate))

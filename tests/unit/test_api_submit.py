@@ -110,6 +110,14 @@ def test_unkeyed_ids_are_fresh_uuid7s() -> None:
     assert all(i.version == 7 for i in first)
 
 
+def test_a_clients_ids_are_kept_among_fresh_ones() -> None:
+    own = uuid.uuid4()
+    ids = submit.job_ids(request(job(), job(id=own), job()), USER, SECRET)
+    assert ids[1] == own
+    assert ids[0] < ids[2]
+    assert (ids[0].version, ids[2].version) == (7, 7)
+
+
 @pytest.mark.parametrize(
     ("req", "needed"),
     [
@@ -127,6 +135,11 @@ def test_event_ids_are_keyed_like_job_ids() -> None:
     assert submit.event_id(job_id, "k", SECRET) == submit.event_id(job_id, "k", SECRET)
     assert submit.event_id(job_id, "k", SECRET) != submit.event_id(uuid.uuid4(), "k", SECRET)
     assert submit.event_id(job_id, None, SECRET) != submit.event_id(job_id, None, SECRET)
+    ids = [job_id, uuid.uuid4()]
+    assert submit.event_ids(ids, "k", SECRET) == [submit.event_id(i, "k", SECRET) for i in ids]
+    fresh = submit.event_ids(ids, None, SECRET)
+    assert fresh[0] < fresh[1]
+    assert {i.version for i in fresh} == {7}
 
 
 @pytest.mark.parametrize(

@@ -65,7 +65,7 @@ from lodestream.schemas.events.xfer import (
     TransferRequestedData,
     TransferSubmittedData,
 )
-from lodestream.schemas.ids import derived_id, uuid7
+from lodestream.schemas.ids import derived_id, uuid7, uuid7s
 from lodestream.schemas.resources import (
     MAX_PARENTS,
     WORKDIR_PATTERN,
@@ -654,6 +654,17 @@ def test_uuid7_is_strictly_monotonic() -> None:
     ids = [uuid7() for _ in range(10_000)]
     assert all(a < b for a, b in pairwise(ids))
     assert all(a.bytes < b.bytes for a, b in pairwise(ids))  # byte order too (B-tree keys)
+
+
+def test_uuid7s_are_uuid7s_minted_in_a_row() -> None:
+    before_ms = int(datetime.now(UTC).timestamp() * 1000)
+    ids = [uuid7(), *uuid7s(10_000), uuid7(), *uuid7s(1), *uuid7s(0)]
+    after_ms = int(datetime.now(UTC).timestamp() * 1000)
+    assert len(ids) == 10_003
+    assert all(a.bytes < b.bytes for a, b in pairwise(ids))  # strictly, across both
+    assert {(i.version, i.variant) for i in ids} == {(7, uuid.RFC_4122)}
+    assert all(before_ms - 1 <= i.int >> 80 <= after_ms + 1 for i in ids)
+    assert len({i.int & 0x3FFF_FFFF_FFFF_FFFF for i in ids}) == len(ids)  # rand_b: random
 
 
 def test_derived_id_is_stable() -> None:

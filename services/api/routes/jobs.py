@@ -9,8 +9,8 @@ from typing import Annotated, Final
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import AwareDatetime, StringConstraints, ValidationError
 
+from lodestream.eventlog.wire import Outgoing
 from lodestream.schemas.envelope import now
-from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.resources import APP_NAME_PATTERN
 from lodestream.schemas.states import JobState
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
@@ -111,8 +111,10 @@ async def submit_jobs(
     submission = submit.resolve_auto(submission, catalog)
     submit.check(submission, ids, catalog)
     plan = submit.build_events(submission, ids, catalog, user=user, now=now(), secret=secret)
-    _ensure_fit(plan.to_append, ids, ctx.nc.max_payload)
-    outcomes = iter(await appends.append_created(ctx.log, ctx.js, plan.to_append))
+    # Encoded once: measured against max_payload, then sent as measured.
+    messages = [Outgoing.of(event, 0) for event in plan.to_append]
+    _ensure_fit(messages, ids, ctx.nc.max_payload)
+    outcomes = iter(await appends.append_created(ctx.log, ctx.js, messages))
     results: list[Accepted | Refused] = [
         Accepted(ids[i], plan.already[i].created_seq, True) if i in plan.already else next(outcomes)
         for i in range(len(ids))
@@ -126,13 +128,13 @@ async def submit_jobs(
     return accepted
 
 
-def _ensure_fit(events: Sequence[JobCreated], ids: Sequence[uuid.UUID], limit: int) -> None:
+def _ensure_fit(messages: Sequence[Outgoing], ids: Sequence[uuid.UUID], limit: int) -> None:
     """Raise TooLarge naming the jobs that are over the log's message size limit."""
-    too_big = appends.oversized(events, 0, limit)
+    too_big = appends.oversized(messages, limit)
     if not too_big:
         return
     index = {job_id: i for i, job_id in enumerate(ids)}
-    jobs = [{"index": index[events[p].aggregate_id], "size": size} for p, size in too_big]
+    jobs = [{"index": index[messages[p].event.aggregate_id], "size": size} for p, size in too_big]
     first = jobs[0]
     more = f" (and {len(jobs) - 1} more)" if len(jobs) > 1 else ""
     raise TooLarge(
