@@ -74,20 +74,27 @@ def time_average(
     inside the window only, so a bin cut short by the window's end is not diluted.
     """
     totals = [0.0] * bins.count
-    first, width = bins.start, bins.width
+    first, width, count = bins.start, bins.width, bins.count
+    last = count - 1
+    # Hundreds of thousands of intervals: Bins.index is inlined, and the bin an interval
+    # starts in is handled before the loop over the later ones (most end in it). Each total
+    # adds the same terms in the same order as before, so the sums are the same floats.
     for begins, ends, weight in intervals:
         start, stop = max(begins, first), min(ends, end)
         if stop <= start:
             continue
-        i = bins.index(start)
-        while i < bins.count:
+        i = min(last, max(0, int((start - first) // width)))
+        low = first + i * width
+        high = low + width
+        overlap = min(stop, high) - max(start, low)
+        if overlap > 0:
+            totals[i] += overlap * weight
+        while stop > high and i < last:
+            i += 1
             low = first + i * width
             high = low + width
             overlap = min(stop, high) - max(start, low)
             if overlap > 0:
                 totals[i] += overlap * weight
-            if stop <= high:
-                break
-            i += 1
-    widths = [min(width, end - (first + i * width)) for i in range(bins.count)]
+    widths = [min(width, end - (first + i * width)) for i in range(count)]
     return [t / w if w > 0 else 0.0 for t, w in zip(totals, widths, strict=True)]

@@ -65,16 +65,18 @@ def stage_samples(jobs: Iterable[JobTimeline]) -> tuple[dict[str, list[float]], 
     for job in jobs:
         if job.state is not S.JOB_FINISHED:
             continue
+        # The latest entry into each state, as JobTimeline.last finds it, in one pass.
+        last = {entry.state: entry for entry in job.entries}
         for stage, (first, second) in _STEPS.items():
-            begin, end = job.last(first), job.last(second)
+            begin, end = last.get(first), last.get(second)
             if begin is None or end is None:
                 continue
             if begin.seq == end.seq:
                 skipped[stage] += 1
             else:
                 samples[stage].append(end.at - begin.at)
-        running, done = job.last(S.RUNNING), job.last(S.RUN_DONE)
-        finished, created = job.last(S.JOB_FINISHED), job.last(S.CREATED)
+        running, done = last.get(S.RUNNING), last.get(S.RUN_DONE)
+        finished, created = last.get(S.JOB_FINISHED), last.get(S.CREATED)
         if running is not None:
             runnable = job.last_of(RUNNABLE, running.seq)
             if runnable is not None:
