@@ -38,6 +38,8 @@ from lodestream.schemas.topology import next_subject
 
 Take = Callable[[bytes, bytes, bytes, bytes | None], None]
 Keep = Callable[[bytes], bool]
+Wire = tuple[bytes, bytes, bytes, bytes | None]
+"""A message as the connection's parser gave it: subject, reply subject, body, headers."""
 # nats-py types the headers as bytes, but passes None for a message without any.
 ProcessMsg = Callable[..., Coroutine[Any, Any, None]]
 
@@ -87,7 +89,7 @@ class RawPull:
         self._subject = next_subject(stream, name).replace("$JS.API", api, 1)
         self._sid: int | None = None
         self._inbox = ""
-        self._got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
+        self._got: list[Wire] = []
         self._waiter: asyncio.Future[None] | None = None
         self._remaining = 0  # messages the open pull requests may still deliver
         self._open_until = 0.0
@@ -133,6 +135,12 @@ class RawPull:
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``
         (none if all there is now are messages ``keep`` leaves out: see :attr:`position`)."""
+        return [delivery_of(wire) for wire in await self.fetch_wire(batch, timeout)]
+
+    async def fetch_wire(self, batch: int, timeout: float) -> list[Wire]:  # noqa: ASYNC109 - also the pull expiry sent to the server
+        """As :meth:`fetch`, the messages as they came off the wire, nothing of them parsed:
+        for a reader that hands them on to other processes, which parse them
+        (:func:`delivery_of`) on their own cores."""
         loop = asyncio.get_running_loop()
         was = self.position
         got = self._drain(batch)
@@ -164,17 +172,18 @@ class RawPull:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _drain(self, limit: int) -> list[Delivery]:
+    def _drain(self, limit: int) -> list[Wire]:
         """Up to ``limit`` messages of what arrived, status messages accounted and left out,
-        and those ``keep`` refuses too (their reply is parsed only for :attr:`position`)."""
+        and those ``keep`` refuses too (only the last reply is parsed, for :attr:`position`)."""
         got = self._got
         keep = self._keep
-        deliveries: list[Delivery] = []
-        append = deliveries.append
+        wires: list[Wire] = []
+        append = wires.append
         taken = 0
         passed: bytes | None = None  # the reply of the last message left out, if it was last
         try:
-            for subject, reply, data, headers in got:
+            for wire in got:
+                subject, reply, data, headers = wire
                 taken += 1
                 if (
                     headers is not None
@@ -194,28 +203,33 @@ class RawPull:
                     passed = reply
                     continue
                 passed = None
-                append(_delivery(subject, reply, data))
-                if len(deliveries) == limit:
+                append(wire)
+                if len(wires) == limit:
                     break
         finally:
             # Also past a delivery that raised: it must not be read again on the next fetch.
             del got[:taken]
+        if passed is None and wires:
+            passed = wires[-1][1]
         if passed is not None:
-            seq, pending = _position(passed)
-            self.position = Position(seq, pending)
-        elif deliveries:
-            self.position = Position(deliveries[-1].seq, deliveries[-1].pending)
-        return deliveries
+            self.position = Position(*position_of(passed))
+        return wires
+
+
+def delivery_of(wire: Wire) -> Delivery:
+    """The :class:`Delivery` of a message as :meth:`RawPull.fetch_wire` gave it."""
+    subject, reply, data, _ = wire
+    return _delivery(subject, reply, data)
 
 
 def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
-    seq, pending = _position(reply)
+    seq, pending = position_of(reply)
     # A subject need not be UTF-8 (see natsconn.TolerantClient): decoded with replacement
     # characters, it fails the shared rule downstream instead of failing the read here.
     return Delivery(seq, pending, subject.decode(errors="replace"), data, reply)
 
 
-def _position(reply: bytes) -> tuple[int, int]:
+def position_of(reply: bytes) -> tuple[int, int]:
     """The stream sequence and the count still pending, from a delivery's reply subject."""
     tokens = reply.split(b".")
     shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT

@@ -135,7 +135,8 @@ def _mean_sojourn(stays: list[Stay]) -> float | None:
 def _terms(stays: list[Stay], start: float, end: float) -> tuple[float, float, float | None, int]:
     """L over [start, end] of ``stays``, their arrival rate, mean sojourn, and completions."""
     completed = sum(1 for _, d in stays if d is not None)
-    return _in_system(stays, start, end), len(stays) / (end - start), _mean_sojourn(stays), completed
+    rate = len(stays) / (end - start)
+    return _in_system(stays, start, end), rate, _mean_sojourn(stays), completed
 
 
 def _in_system(stays: list[Stay], start: float, end: float) -> float:
