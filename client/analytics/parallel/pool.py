@@ -17,6 +17,7 @@ from multiprocessing.process import BaseProcess
 from typing import Final
 
 from lodestream.client.analytics.errors import AnalyticsError
+from lodestream.client.analytics.parallel.compact import PackedPart, unpack
 from lodestream.client.analytics.parallel.worker import (
     Chunk,
     ShareFailure,
@@ -107,9 +108,9 @@ class Shares:
             if outcome.detail:
                 log.debug("replay process %d failed:\n%s", share, outcome.detail)
             raise outcome.error()
-        if not isinstance(outcome, Loaded):
+        if not isinstance(outcome, PackedPart):
             raise AnalyticsError(f"replay process {share} sent {type(outcome).__name__}")
-        return outcome
+        return unpack(outcome)
 
     def _gone(self, share: int) -> AnalyticsError:
         """Why the process of ``share`` took no more: the failure it sent, or its end."""

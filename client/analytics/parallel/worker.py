@@ -4,9 +4,9 @@
 sends each process its share in chunks, as the wire gave the messages
 (:func:`~lodestream.client.analytics.parallel.partition.split_wires`), then ``None`` for the
 end of the range; the process parses them (sequence, subject), replays them through the
-shared rule and the fold, and sends the :class:`Loaded` back on the same pipe, or a
-:class:`ShareFailure` saying why it could not. It opens no connection of its own: the
-server sends every message once, to the parent.
+shared rule and the fold, and sends the :class:`Loaded` back on the same pipe, packed
+(:mod:`.compact`), or a :class:`ShareFailure` saying why it could not. It opens no
+connection of its own: the server sends every message once, to the parent.
 
 It ends with its parent whatever happens to that one: a thread waits on the parent's end of
 the spawn pipe and exits the process when it closes, and the chunks' pipe reads as ended.
@@ -29,6 +29,7 @@ from typing import Final
 
 from lodestream.client.analytics import intake
 from lodestream.client.analytics.errors import AnalyticsError, SourceError
+from lodestream.client.analytics.parallel.compact import PackedPart, pack
 from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import raws_of
@@ -76,12 +77,12 @@ def replay_share(task: ShareTask, pipe: Connection) -> None:
     # The parent logs the refusals it lists once the shares are merged: they are not said
     # here too, once per process.
     logging.getLogger(intake.__name__).setLevel(logging.ERROR)
-    outcome: Loaded | ShareFailure
+    outcome: PackedPart | ShareFailure
     # Paused until the end: pickling what the replay kept, with the collector walking all of
     # it again and again as pickling allocates, takes twice as long.
     with collector_paused():
         try:
-            outcome = _replay(task, pipe)
+            outcome = pack(_replay(task, pipe))
         except AnalyticsError as exc:
             outcome = ShareFailure(str(exc), isinstance(exc, SourceError))
         except Exception as exc:  # told to the parent, which says it in words
