@@ -18,6 +18,9 @@ server sends while the reader works (the consumer must allow two waiting pull re
 A reader that wants only some subjects (one process of a replay split by aggregate) passes
 ``keep``: the others are dropped before anything of them is parsed, and :attr:`RawPull.position`
 still says how far the consumer has delivered, kept or not.
+A reader that hands the messages on to other processes (the parent of a split replay) takes
+them with :meth:`RawPull.fetch_wire`, as the parser gave them, and leaves the parsing
+(:func:`delivery_of`) to those processes.
 
 For a consumer that acks, that look-ahead is one batch delivered and not yet acked while the
 reader works on the one before: its ``max_ack_pending`` must leave room for two batches, and
