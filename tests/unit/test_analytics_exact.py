@@ -16,7 +16,7 @@ import uuid
 
 import pytest
 
-from lodestream.client.analytics.figures import little
+from lodestream.client.analytics.figures import little, utilization
 from lodestream.client.analytics.figures.latency import STAGES, stage_samples
 from lodestream.client.analytics.figures.throughput import throughput
 from lodestream.client.analytics.stats import batch_means
@@ -64,6 +64,13 @@ def plain_counts(jobs: list[JobTimeline], window: Window, bins: Bins) -> dict[S,
                     row = counts[entry.state] = [0] * bins.count
                 row[bins.index(entry.at)] += 1
     return {state: tuple(counts[state]) for state in S if state in counts}
+
+
+def plain_node_seconds(intervals: list[tuple[float, float, float]], window: Window) -> float:
+    return math.fsum(
+        max(0.0, min(stop, window.end) - max(start, window.start)) * weight
+        for start, stop, weight in intervals
+    )
 
 
 Stay = tuple[float, float | None]
@@ -154,7 +161,7 @@ def edges_of(window: Window, bins: Bins) -> list[float]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_time_average_is_the_plain_sum(seed: int) -> None:
+def test_time_average_and_node_seconds_are_the_plain_sums(seed: int) -> None:
     rng = random.Random(seed)
     window, bins = window_and_bins(rng)
     edges = edges_of(window, bins)
@@ -167,6 +174,8 @@ def test_time_average_is_the_plain_sum(seed: int) -> None:
     assert time_average(intervals, bins, window.end) == plain_time_average(
         intervals, bins, window.end
     )
+    node_seconds = utilization._node_seconds(intervals, window)
+    assert node_seconds == plain_node_seconds(intervals, window)
 
 
 def timeline(rng: random.Random, window: Window, edges: list[float]) -> JobTimeline:
