@@ -37,6 +37,7 @@ from lodestream.client.analytics.parallel.pool import Shares
 from lodestream.client.analytics.parallel.worker import ORPHANED_EXIT, ShareTask
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.summary import Loaded, summarize
+from lodestream.eventlog.rawpull import Wire
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.settings import NatsSettings
 from tests.support.analytics import varied_log
@@ -171,6 +172,27 @@ def test_a_share_killed_is_an_error_and_the_others_are_stopped() -> None:
         with pytest.raises(AnalyticsError, match=r"process 0 of 2 ended without its result "
                                                  r"\(killed by signal 9\)"):  # fmt: skip
             ended()
+    finally:
+        shares.stop()
+    assert_no_process_left()
+
+
+def test_a_share_that_fails_says_why_and_the_others_are_stopped() -> None:
+    shares = Shares([ShareTask(Selection(), 10, share, 2) for share in (0, 1)])
+    # What no reader of the stream hands on: a reply subject that is no JetStream delivery.
+    bogus: list[Wire] = [(b"evt.alpha.job.x.created", b"not a reply subject", b"{}", None)]
+
+    def fed() -> list[Loaded]:
+        for _ in range(3):  # the failure is seen at a later chunk, or at the end
+            shares.send(0, bogus)
+        shares.finish()
+        return shares.collect()
+
+    shares.start()
+    try:
+        with pytest.raises(AnalyticsError, match=r"replay process 0 of 2 failed: ReadError\(.*"
+                                                 r"not a JetStream delivery"):  # fmt: skip
+            fed()
     finally:
         shares.stop()
     assert_no_process_left()

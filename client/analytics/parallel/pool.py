@@ -68,9 +68,12 @@ class Shares:
     def send(self, share: int, chunk: Chunk) -> None:
         """Hand ``chunk`` to the process of ``share`` (blocking while it is busy with the one
         before: its pipe holds less than a chunk); if it is gone, the error that says why."""
+        pipe = self._pipes[share]
+        if pipe.poll():  # a process sends nothing before the end of the range but a failure
+            raise self._gone(share)
         try:
-            self._pipes[share].send(chunk)
-        except OSError:  # it failed and sent why, or it died
+            pipe.send(chunk)
+        except OSError:  # it died
             raise self._gone(share) from None
 
     def finish(self) -> None:

@@ -91,6 +91,10 @@ def replay_share(task: ShareTask, pipe: Connection) -> None:
         try:
             with pipe:
                 pipe.send(outcome)
+                if isinstance(outcome, ShareFailure):
+                    # Read on to the end (the parent sees the failure at its next chunk):
+                    # ended with a chunk unread, the pipe would be reset, the failure lost.
+                    _drain(pipe)
         except OSError:  # the parent is gone, and the watch has not woken yet
             os._exit(ORPHANED_AT_SEND_EXIT)
     # Freeing what the replay built, object by object, would take a second the parent waits
@@ -110,6 +114,14 @@ def _replay(task: ShareTask, pipe: Connection) -> Loaded:
         if chunk is None:
             return replay.loaded()
         replay.take(raws_of(chunk, task.last))
+
+
+def _drain(pipe: Connection) -> None:
+    try:
+        while pipe.recv() is not None:
+            pass
+    except EOFError:  # the parent read the failure and closed its end
+        return
 
 
 def _end_with_parent() -> None:
