@@ -35,10 +35,14 @@ def wire_share_of(subject: bytes, shares: int) -> int:
     parts = subject.split(b".", 4)
     if len(parts) != 5 or parts[2] not in _KINDS_WIRE:
         return 0
+    return _id_share(parts[3], shares)
+
+
+def _id_share(token: bytes, shares: int) -> int:
     try:
         # The shared rule accepts only the canonical spelling of the id on a subject, so
-        # any reading of the token that is the same in every process is enough.
-        return int(parts[3].replace(b"-", b""), 16) % shares
+        # any reading of the token that is the same from one run to the next is enough.
+        return int(token.replace(b"-", b""), 16) % shares
     except ValueError:
         return 0
 
@@ -51,8 +55,22 @@ def keeper(share: int, shares: int) -> Callable[[bytes], bool]:
 
 
 def split_wires(wires: Iterable[Wire], shares: int) -> list[list[Wire]]:
-    """``wires`` (messages as the wire gave them) by share, each share's in the order read."""
+    """``wires`` (messages as the wire gave them) by share, each share's in the order read.
+
+    This is :func:`wire_share_of` for every message of the range, in the one process that
+    reads it: inlined, and with the share of each aggregate id kept once it is known (an
+    aggregate has several events), so that most messages cost a split and a lookup."""
     parts: list[list[Wire]] = [[] for _ in range(shares)]
+    known: dict[bytes, int] = {}
+    kinds = _KINDS_WIRE
     for wire in wires:
-        parts[wire_share_of(wire[0], shares)].append(wire)
+        tokens = wire[0].split(b".", 4)
+        share = 0
+        if len(tokens) == 5 and tokens[2] in kinds:
+            token = tokens[3]
+            found = known.get(token)
+            if found is None:
+                found = known[token] = _id_share(token, shares)
+            share = found
+        parts[share].append(wire)
     return parts
