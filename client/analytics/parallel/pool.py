@@ -122,6 +122,8 @@ class Shares:
             if pipe.poll():
                 outcome = pipe.recv()
                 if isinstance(outcome, ShareFailure):
+                    if outcome.detail:
+                        log.debug("replay process %d failed:\n%s", share, outcome.detail)
                     return outcome.error()
         except (EOFError, OSError):
             pass
