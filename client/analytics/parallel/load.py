@@ -29,16 +29,17 @@ from lodestream.collector import collector_paused
 from lodestream.eventlog.rawpull import Wire
 
 # Since the range is read once (here) and the parts come back packed, a second process no
-# longer adds a second read of the range for the server and the client: on a 2-core machine
-# (other work on it too, load average 2-3) over 1,000,000 events (bench.analytics's stream),
-# one process replayed in 33-34 s and two in 25-26.5 s, alternately, twice each; before,
-# two took 31-34 s against 34-36 s idle and lost badly under load, so one was the default.
-# So a machine with two cores or more splits, one process per core up to 4 (more is not
-# measured: this process reads and deals out every message, ~10 s of one core a million).
+# longer adds a second read of the range for the server and the client. On a 2-core machine
+# with other work on it, over 1,000,000 events (python -m bench.analytics, alternately with
+# the code before): one process replayed in 33-36 s and two in 25-28 s where the load left
+# both cores (in one run of three, under more load, 44 s and 51 s); before, two took 36 s,
+# 58 s and 64 s against 36-42 s for one, so one was the default. So a machine with two
+# cores or more splits, one process per core up to 4 (more is not measured: this process
+# reads and deals out every message, about 10 s of one core a million).
 DEFAULT_WORKERS: Final = 4
 SPLIT_FROM_CORES: Final = 2
 # Starting processes and sending timelines back costs about a second: over 100,000 events
-# two processes took 4.4 s against 3.9 s for one, over 1,000,000 about 8 s less; the
+# two processes took 4.4 s against 3.9 s for one, over 1,000,000 5-12 s less; the
 # crossover is near 250,000.
 SPLIT_FROM: Final = 250_000
 
