@@ -116,9 +116,9 @@ async def split(nc: Client) -> dict[str, Any]:
     }  # fmt: skip
 
 
-async def analytics(nc: Client, settings: NatsSettings, workers: int) -> dict[str, Any]:
+async def analytics(nc: Client, workers: int) -> dict[str, Any]:
     started = time.perf_counter()
-    loaded = await load_stream_parallel(nc, settings, Selection(), workers=workers)
+    loaded = await load_stream_parallel(nc, Selection(), workers=workers)
     replayed = time.perf_counter()
     summary = summarize(loaded)
     done = time.perf_counter()
@@ -164,7 +164,7 @@ async def main_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             figures: dict[str, Any] = {"append": await append(nc, args.events)}
             figures["read"] = await read_only(nc)
             figures["split"] = await split(nc)
-            runs = {n: await analytics(nc, settings, n) for n in args.workers}
+            runs = {n: await analytics(nc, n) for n in args.workers}
             figures["analytics"] = runs[args.workers[0]]
             figures["analytics_by_workers"] = runs
             last = figures["append"]["stream_last_seq"]

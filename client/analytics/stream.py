@@ -6,14 +6,15 @@ selection's sequence or (a little before) its time, read in large batches by
 start: the analysis is of the log as it was when it began, however busy the log is. The
 messages come as bytes (no nats-py message, no header parsed): a replay needs only their
 sequence, subject and body. A replay split across processes takes that last sequence once
-(:func:`stream_span`) and each process reads the same range (:func:`range_batches`).
+(:func:`stream_span`) and reads the range once, as the wire gave it (:func:`range_wires`),
+handing each process its share to parse (:func:`raws_of`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
@@ -27,7 +28,7 @@ from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.selection import CLOCK_SLACK_S, Selection
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.jetstream import jetstream
-from lodestream.eventlog.rawpull import Keep, RawPull
+from lodestream.eventlog.rawpull import Keep, RawPull, Wire, delivery_of
 from lodestream.schemas.subjects import EVENTS_STREAM
 
 BATCH: Final = 10_000
@@ -101,7 +102,29 @@ async def range_batches(
     batch: int = BATCH,
 ) -> AsyncIterator[list[Raw]]:
     """The selected messages of ``EVENTS`` up to sequence ``last``, in batches; with ``keep``,
-    only those whose subject it keeps (a replay split across processes reads its share)."""
+    only those whose subject it keeps."""
+    async for wires in range_wires(nc, selection, last, keep=keep, batch=batch):
+        raws = raws_of(wires, last)
+        if raws:
+            yield raws
+
+
+def raws_of(wires: Iterable[Wire], last: int) -> list[Raw]:
+    """The messages of ``wires`` (as :func:`range_wires` gave them) up to sequence ``last``."""
+    return [Raw(d.seq, d.subject, d.data) for d in map(delivery_of, wires) if d.seq <= last]
+
+
+async def range_wires(
+    nc: Client,
+    selection: Selection,
+    last: int,
+    *,
+    keep: Keep | None = None,
+    batch: int = BATCH,
+) -> AsyncIterator[list[Wire]]:
+    """The selected messages of ``EVENTS`` as they came off the wire, nothing of them parsed,
+    until sequence ``last`` (the last batch may hold some past it: :func:`raws_of` drops
+    them); with ``keep``, only those whose subject it keeps."""
     js = jetstream(nc)
     config = consumer_config(selection)
     assert config.name is not None
@@ -114,14 +137,13 @@ async def range_batches(
         pending = created.num_pending
         while pending:
             try:
-                deliveries = await consumer.fetch(batch, FETCH_TIMEOUT_S)
+                wires = await consumer.fetch_wire(batch, FETCH_TIMEOUT_S)
             except (ReadError, NatsError) as exc:
                 raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
-            raws = [Raw(d.seq, d.subject, d.data) for d in deliveries if d.seq <= last]
-            if raws:
-                yield raws
-            # Where the consumer is, whether this share kept its last messages or not: past the
-            # end this replay was asked for, or with none left to send (they arrive in order).
+            if wires:
+                yield wires
+            # Where the consumer is, whether this reader kept its last messages or not: past
+            # the end this replay was asked for, or with none left to send (they arrive in order).
             at = consumer.position
             if at is not None:
                 pending = 0 if at.seq >= last else at.pending

@@ -137,6 +137,9 @@ class JobTimeline:
         """When the job reached the final state it is in now (None: not final)."""
         if self.state not in FINAL:
             return None
+        entries = self.entries
+        if entries and entries[-1].state is self.state:  # nearly always: asked of every job
+            return entries[-1].at
         entry = self.last(self.state)
         return entry.at if entry is not None else None
 

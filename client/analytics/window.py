@@ -74,20 +74,30 @@ def time_average(
     inside the window only, so a bin cut short by the window's end is not diluted.
     """
     totals = [0.0] * bins.count
-    first, width = bins.start, bins.width
+    first, width, count = bins.start, bins.width, bins.count
+    last = count - 1
+    # Hundreds of thousands of intervals: Bins.index is inlined, the bin an interval starts
+    # in is handled before the loop over the later ones (most end in it), and min and max of
+    # two floats are written as the comparisons they make (the same one of the two, ties
+    # included). Each total adds the same terms in the same order as before: the same sums.
     for begins, ends, weight in intervals:
-        start, stop = max(begins, first), min(ends, end)
+        start = first if first > begins else begins  # max(begins, first)
+        stop = end if end < ends else ends  # min(ends, end)
         if stop <= start:
             continue
-        i = bins.index(start)
-        while i < bins.count:
+        i = int((start - first) // width)
+        i = last if i > last else (i if i > 0 else 0)
+        low = first + i * width
+        high = low + width
+        overlap = (high if high < stop else stop) - (low if low > start else start)
+        if overlap > 0:
+            totals[i] += overlap * weight
+        while stop > high and i < last:
+            i += 1
             low = first + i * width
             high = low + width
-            overlap = min(stop, high) - max(start, low)
+            overlap = (high if high < stop else stop) - (low if low > start else start)
             if overlap > 0:
                 totals[i] += overlap * weight
-            if stop <= high:
-                break
-            i += 1
-    widths = [min(width, end - (first + i * width)) for i in range(bins.count)]
+    widths = [min(width, end - (first + i * width)) for i in range(count)]
     return [t / w if w > 0 else 0.0 for t, w in zip(totals, widths, strict=True)]

@@ -136,7 +136,7 @@ def _load(
     if control_plane:
         settings = _control_settings(state_dir)
         return asyncio.run(_on_control_plane(settings, lambda nc: load_stream_parallel(
-            nc, settings, selection, workers=workers)))  # fmt: skip
+            nc, selection, workers=workers)))  # fmt: skip
     access = monitor_access(state_dir, *credential)
     sites = check_sites(sorted(selection.sites), access.sites)
     return asyncio.run(_with_grace(access.fresh, lambda: load_watch(

@@ -18,6 +18,9 @@ server sends while the reader works (the consumer must allow two waiting pull re
 A reader that wants only some subjects (one process of a replay split by aggregate) passes
 ``keep``: the others are dropped before anything of them is parsed, and :attr:`RawPull.position`
 still says how far the consumer has delivered, kept or not.
+A reader that hands the messages on to other processes (the parent of a split replay) takes
+them with :meth:`RawPull.fetch_wire`, as the parser gave them, and leaves the parsing
+(:func:`delivery_of`) to those processes.
 
 For a consumer that acks, that look-ahead is one batch delivered and not yet acked while the
 reader works on the one before: its ``max_ack_pending`` must leave room for two batches, and
@@ -38,6 +41,8 @@ from lodestream.schemas.topology import next_subject
 
 Take = Callable[[bytes, bytes, bytes, bytes | None], None]
 Keep = Callable[[bytes], bool]
+Wire = tuple[bytes, bytes, bytes, bytes | None]
+"""A message as the connection's parser gave it: subject, reply subject, body, headers."""
 # nats-py types the headers as bytes, but passes None for a message without any.
 ProcessMsg = Callable[..., Coroutine[Any, Any, None]]
 
@@ -87,7 +92,7 @@ class RawPull:
         self._subject = next_subject(stream, name).replace("$JS.API", api, 1)
         self._sid: int | None = None
         self._inbox = ""
-        self._got: list[tuple[bytes, bytes, bytes, bytes | None]] = []
+        self._got: list[Wire] = []
         self._waiter: asyncio.Future[None] | None = None
         self._remaining = 0  # messages the open pull requests may still deliver
         self._open_until = 0.0
@@ -133,6 +138,12 @@ class RawPull:
     async def fetch(self, batch: int, timeout: float) -> list[Delivery]:  # noqa: ASYNC109 - also the pull expiry sent to the server
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``
         (none if all there is now are messages ``keep`` leaves out: see :attr:`position`)."""
+        return [delivery_of(wire) for wire in await self.fetch_wire(batch, timeout)]
+
+    async def fetch_wire(self, batch: int, timeout: float) -> list[Wire]:  # noqa: ASYNC109 - also the pull expiry sent to the server
+        """As :meth:`fetch`, the messages as they came off the wire, nothing of them parsed:
+        for a reader that hands them on to other processes, which parse them
+        (:func:`delivery_of`) on their own cores."""
         loop = asyncio.get_running_loop()
         was = self.position
         got = self._drain(batch)
@@ -164,17 +175,18 @@ class RawPull:
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
 
-    def _drain(self, limit: int) -> list[Delivery]:
+    def _drain(self, limit: int) -> list[Wire]:
         """Up to ``limit`` messages of what arrived, status messages accounted and left out,
-        and those ``keep`` refuses too (their reply is parsed only for :attr:`position`)."""
+        and those ``keep`` refuses too (only the last reply is parsed, for :attr:`position`)."""
         got = self._got
         keep = self._keep
-        deliveries: list[Delivery] = []
-        append = deliveries.append
+        wires: list[Wire] = []
+        append = wires.append
         taken = 0
         passed: bytes | None = None  # the reply of the last message left out, if it was last
         try:
-            for subject, reply, data, headers in got:
+            for wire in got:
+                subject, reply, data, headers = wire
                 taken += 1
                 if (
                     headers is not None
@@ -194,28 +206,33 @@ class RawPull:
                     passed = reply
                     continue
                 passed = None
-                append(_delivery(subject, reply, data))
-                if len(deliveries) == limit:
+                append(wire)
+                if len(wires) == limit:
                     break
         finally:
             # Also past a delivery that raised: it must not be read again on the next fetch.
             del got[:taken]
+        if passed is None and wires:
+            passed = wires[-1][1]
         if passed is not None:
-            seq, pending = _position(passed)
-            self.position = Position(seq, pending)
-        elif deliveries:
-            self.position = Position(deliveries[-1].seq, deliveries[-1].pending)
-        return deliveries
+            self.position = Position(*position_of(passed))
+        return wires
+
+
+def delivery_of(wire: Wire) -> Delivery:
+    """The :class:`Delivery` of a message as :meth:`RawPull.fetch_wire` gave it."""
+    subject, reply, data, _ = wire
+    return _delivery(subject, reply, data)
 
 
 def _delivery(subject: bytes, reply: bytes, data: bytes) -> Delivery:
-    seq, pending = _position(reply)
+    seq, pending = position_of(reply)
     # A subject need not be UTF-8 (see natsconn.TolerantClient): decoded with replacement
     # characters, it fails the shared rule downstream instead of failing the read here.
     return Delivery(seq, pending, subject.decode(errors="replace"), data, reply)
 
 
-def _position(reply: bytes) -> tuple[int, int]:
+def position_of(reply: bytes) -> tuple[int, int]:
     """The stream sequence and the count still pending, from a delivery's reply subject."""
     tokens = reply.split(b".")
     shift = 0 if len(tokens) == _V1_TOKENS else _V2_SHIFT

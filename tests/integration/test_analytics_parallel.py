@@ -1,8 +1,8 @@
-"""A replay of ``EVENTS`` split across processes against nats-server: each process connects,
-reads the same range and folds its share; merged, the shares are exactly the replay of one
-process, and ``lode analytics summary --workers`` prints the same figures either way. A share
-that fails says why in the words of the one-process replay, and no process outlives the
-call, nor a parent killed outright.
+"""A replay of ``EVENTS`` split across processes against nats-server: the parent reads the
+range once and hands each process its share to fold; merged, the shares are exactly the
+replay of one process, and ``lode analytics summary --workers`` prints the same figures
+either way. A read that fails says why in the words of the one-process replay, a process
+killed is an error, and no process outlives the call, nor a parent killed outright.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ import multiprocessing
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,11 +27,17 @@ from lodestream.client.analytics.errors import AnalyticsError, NothingSelected, 
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonout import summary_json
 from lodestream.client.analytics.load import load_stream
-from lodestream.client.analytics.parallel.load import load_stream_parallel, load_stream_shares
-from lodestream.client.analytics.parallel.pool import Shares, run_shares
+from lodestream.client.analytics.parallel import pool
+from lodestream.client.analytics.parallel.load import (
+    load_stream_parallel,
+    load_stream_shares,
+    replay_range,
+)
+from lodestream.client.analytics.parallel.pool import Shares
 from lodestream.client.analytics.parallel.worker import ORPHANED_EXIT, ShareTask
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.summary import Loaded, summarize
+from lodestream.eventlog.rawpull import Wire
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.settings import NatsSettings
 from tests.support.analytics import varied_log
@@ -78,15 +82,6 @@ def lode(settings: NatsSettings, *args: str) -> subprocess.CompletedProcess[str]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False, env=env)
 
 
-@pytest.fixture
-def silent() -> Iterator[socket.socket]:
-    """A TCP listener that never answers: a NATS URL a connection waits on for seconds."""
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(8)
-        yield listener
-
-
 @pytest.mark.parametrize(
     ("selection", "shares"),
     [
@@ -97,12 +92,11 @@ def silent() -> Iterator[socket.socket]:
     ],
 )
 async def test_the_shares_merged_are_the_replay_of_one_process(
-    nc: Client, js: JetStreamContext, nats_settings: NatsSettings, selection: Selection,
-    shares: int,
-) -> None:  # fmt: skip
+    nc: Client, js: JetStreamContext, selection: Selection, shares: int
+) -> None:
     await store(js, varied_log())
     whole = await load_stream(nc, selection)
-    split = await load_stream_shares(nc, nats_settings, selection, shares=shares)
+    split = await load_stream_shares(nc, selection, shares=shares)
     assert_same(split, whole)
     if selection == Selection():  # what was compared holds refusals past what is listed
         assert (whole.intake.read, whole.intake.refused, whole.intake.illegal) == (187, 121, 1)
@@ -111,15 +105,22 @@ async def test_the_shares_merged_are_the_replay_of_one_process(
 
 
 async def test_one_worker_is_the_replay_in_this_process(
-    nc: Client, js: JetStreamContext, nats_settings: NatsSettings
+    nc: Client, js: JetStreamContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await store(js, varied_log())
-    # Settings no process could connect with: none is started.
-    unusable = nats_settings.model_copy(update={"password": SecretStr("not the password")})
-    one = await load_stream_parallel(nc, unusable, Selection(), workers=1)
+    started: list[int] = []
+    start = Shares.start
+
+    def counted(shares: Shares) -> None:  # the real start, counted
+        started.append(len(shares.processes))
+        start(shares)
+
+    monkeypatch.setattr(pool.Shares, "start", counted)
+    one = await load_stream_parallel(nc, Selection(), workers=1)
     assert_same(one, await load_stream(nc, Selection()))
     # A short log: no process is worth starting, whatever the cores.
-    assert_same(await load_stream_parallel(nc, unusable, Selection()), one)
+    assert_same(await load_stream_parallel(nc, Selection()), one)
+    assert started == []
 
 
 async def test_the_command_prints_the_same_figures_however_many_workers(
@@ -145,51 +146,63 @@ async def test_the_command_prints_the_same_figures_however_many_workers(
     assert "only a replay of the stream read with --control-plane" in misplaced.stderr
 
 
-async def test_a_share_that_cannot_connect_says_why_and_none_is_left(
-    nc: Client, js: JetStreamContext, nats_settings: NatsSettings
+async def test_a_stream_deleted_under_the_reader_is_a_source_error(
+    nc: Client, js: JetStreamContext
 ) -> None:
     await store(js, varied_log()[:20])
-    wrong = nats_settings.model_copy(update={"password": SecretStr("not the password")})
-    with pytest.raises(SourceError, match=rf"cannot connect to NATS at .*{REFUSED}"):
-        await load_stream_shares(nc, wrong, Selection(), shares=2)
-    assert_no_process_left()
-
-
-async def test_a_stream_deleted_under_the_shares_is_a_source_error(
-    js: JetStreamContext, nats_settings: NatsSettings
-) -> None:
-    await store(js, varied_log()[:20])
-    # The parent took the end of the range; the stream goes before the shares read it.
+    # The range's end was taken; the stream goes before it is read: the processes are
+    # started, and stopped when the read fails.
     await js.delete_stream(EVENTS_STREAM)
-    tasks = [ShareTask(nats_settings, Selection(), 20, share, 2) for share in (0, 1)]
     with pytest.raises(SourceError, match=f"cannot read the {EVENTS_STREAM} stream"):
-        await run_shares(tasks)
+        await replay_range(nc, Selection(), 20, 2)
     assert_no_process_left()
 
 
-def test_a_share_killed_is_an_error_and_the_others_are_stopped(
-    silent: socket.socket,
-) -> None:
-    url = f"nats://127.0.0.1:{silent.getsockname()[1]}"
-    shares = Shares([ShareTask(NatsSettings(url=url), Selection(), 10, s, 2) for s in (0, 1)])
+def test_a_share_killed_is_an_error_and_the_others_are_stopped() -> None:
+    shares = Shares([ShareTask(Selection(), 10, share, 2) for share in (0, 1)])
+
+    def ended() -> list[Loaded]:
+        shares.finish()  # refused by the process killed, or taken by the kernel for it
+        return shares.collect()
+
     shares.start()
     try:
-        # Each waits on the silent listener for seconds: killed long before it would answer.
+        # Each waits for its first chunk: killed before it is sent any.
         os.kill(shares.processes[0].pid or 0, signal.SIGKILL)
         with pytest.raises(AnalyticsError, match=r"process 0 of 2 ended without its result "
                                                  r"\(killed by signal 9\)"):  # fmt: skip
-            shares.collect()
+            ended()
+    finally:
+        shares.stop()
+    assert_no_process_left()
+
+
+def test_a_share_that_fails_says_why_and_the_others_are_stopped() -> None:
+    shares = Shares([ShareTask(Selection(), 10, share, 2) for share in (0, 1)])
+    # What no reader of the stream hands on: a reply subject that is no JetStream delivery.
+    bogus: list[Wire] = [(b"evt.alpha.job.x.created", b"not a reply subject", b"{}", None)]
+
+    def fed() -> list[Loaded]:
+        for _ in range(3):  # the failure is seen at a later chunk, or at the end
+            shares.send(0, bogus)
+        shares.finish()
+        return shares.collect()
+
+    shares.start()
+    try:
+        with pytest.raises(AnalyticsError, match=r"replay process 0 of 2 failed: ReadError\(.*"
+                                                 r"not a JetStream delivery"):  # fmt: skip
+            fed()
     finally:
         shares.stop()
     assert_no_process_left()
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="a child subreaper is Linux's")
-def test_a_parent_killed_outright_takes_its_shares_with_it(silent: socket.socket) -> None:
-    url = f"nats://127.0.0.1:{silent.getsockname()[1]}"
-    run = subprocess.run([sys.executable, "-m", "tests.support.orphans", url],
+def test_a_parent_killed_outright_takes_its_shares_with_it() -> None:
+    run = subprocess.run([sys.executable, "-m", "tests.support.orphans"],
                          capture_output=True, text=True, timeout=120, check=True)  # fmt: skip
     statuses = json.loads(run.stdout)
-    # Each saw its parent go (the status of its watch), while it waited on the listener;
-    # without the watch it would wait on, then fail to send its error to nobody.
+    # Each saw its parent go (the status of its watch, or of its pipe's end) while it waited
+    # for its first chunk; without them it would wait there for ever.
     assert list(statuses.values()) == [ORPHANED_EXIT, ORPHANED_EXIT]

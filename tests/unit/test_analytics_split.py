@@ -7,8 +7,10 @@ what one replay of the whole log folds, whatever the number of shares and the se
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import pickle
 import subprocess
 import sys
 import uuid
@@ -19,11 +21,14 @@ import pytest
 from lodestream.client.analytics.errors import NothingSelected
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonout import summary_json
+from lodestream.client.analytics.parallel.compact import pack, unpack
 from lodestream.client.analytics.parallel.merge import merge_parts
-from lodestream.client.analytics.parallel.partition import keeper, share_of
+from lodestream.client.analytics.parallel.partition import keeper, share_of, split_wires
+from lodestream.client.analytics.pilot_times import PilotStamps
 from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.summary import Loaded, summarize
+from lodestream.client.analytics.timeline import FailureRecord, JobTimeline, RunRecord, StateEntry
 from tests.support.analytics import T0, varied_log
 
 OTHER_KINDS = ("site", "app", "xfer", "scaler")
@@ -132,3 +137,47 @@ def test_the_merged_shares_are_the_whole_replay(shares: int) -> None:
 def test_the_merge_is_exact_under_any_selection(selection: Selection) -> None:
     raws = [raw for raw in varied_log() if raw.seq >= (selection.since_seq or 1)]
     assert_same(split_replayed(raws, selection, 3), replayed(raws, selection))
+
+
+def test_the_reader_hands_each_share_what_its_keeper_keeps() -> None:
+    # As the wire gives them: subject, reply, body, headers (the last two are not looked at).
+    wires = [(raw.subject.encode(), b"$JS.ACK.reply", raw.data, None) for raw in varied_log()]
+    for shares in (1, 2, 3):
+        parts = split_wires(wires, shares)
+        assert len(parts) == shares
+        for share, part in enumerate(parts):
+            keep = keeper(share, shares)
+            assert part == [wire for wire in wires if keep(wire[0])]
+
+
+def test_a_packed_part_is_rebuilt_as_it_was_replayed() -> None:
+    whole = replayed(varied_log(), Selection())
+    runs = [run for job in whole.timelines.jobs.values() for run in job.runs]
+    # What the log holds, so that the comparison is of something; and a pilot's stamps.
+    assert all(run.session_id is not None for run in runs)
+    assert any(job.failures for job in whole.timelines.jobs.values())
+    runs[0].stamps = PilotStamps(1.5, 2.25, 3.125, 40.0, 4242)
+    back = unpack(pickle.loads(pickle.dumps(pack(whole))))
+    assert_same(back, whole)
+    for job in back.timelines.jobs.values():  # the same kinds of object, not just equal values
+        assert all(type(entry) is StateEntry for entry in job.entries)
+        assert all(type(run.stamps) is PilotStamps for run in job.runs)
+
+
+def test_packing_knows_every_field_of_a_timeline() -> None:
+    # A field added to one of these must be packed too (compact.py): this says so.
+    names = {cls: [f.name for f in dataclasses.fields(cls)]
+             for cls in (JobTimeline, RunRecord, FailureRecord)}  # fmt: skip
+    assert names[JobTimeline] == [
+        "job_id", "site", "app", "tags", "num_nodes", "ranks", "node_packing_count",
+        "wall_time_min", "created_at", "created_seq", "state", "attempt", "entries", "runs",
+        "failures", "pending_lease_at",
+    ]  # fmt: skip
+    assert names[RunRecord] == [
+        "attempt", "session_id", "started_at", "started_seq", "lease_event_at", "stamps",
+        "ended_at", "outcome", "reported_by_pilot", "return_code", "runtime_s",
+    ]  # fmt: skip
+    assert names[FailureRecord] == [
+        "seq", "at", "type", "attempt", "reason", "cause", "return_code", "stderr_tail",
+    ]  # fmt: skip
+    assert StateEntry._fields == ("state", "at", "seq", "attempt")

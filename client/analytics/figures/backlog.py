@@ -11,7 +11,6 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from lodestream.client.analytics.figures.utilization import run_intervals
 from lodestream.client.analytics.timeline import JobTimeline
 from lodestream.client.analytics.window import Bins, Window, time_average
 
@@ -27,13 +26,16 @@ def backlog(jobs: Iterable[JobTimeline], window: Window, bins: Bins) -> Backlog:
     for job in jobs:
         by_site[job.site].append(job)
     waiting = {}
+    end = window.end
     for site in sorted(by_site):
         site_jobs = by_site[site]
-        stays = [(j.created_at, j.final_at if j.final_at is not None else window.end, 1.0)
-                 for j in site_jobs]  # fmt: skip
-        in_system = time_average(stays, bins, window.end)
-        running = time_average(
-            [(a, b, 1.0) for a, b, _ in run_intervals(site_jobs, window.end)], bins, window.end
-        )
+        finals = [j.final_at for j in site_jobs]
+        stays = [(j.created_at, final if final is not None else end, 1.0)
+                 for j, final in zip(site_jobs, finals, strict=True)]  # fmt: skip
+        in_system = time_average(stays, bins, end)
+        # The runs of run_intervals, each weighing one job rather than its nodes.
+        runs = [(run.started_at, run.ended_at if run.ended_at is not None else end, 1.0)
+                for job in site_jobs for run in job.runs]  # fmt: skip
+        running = time_average(runs, bins, end)
         waiting[site] = tuple(max(0.0, s - r) for s, r in zip(in_system, running, strict=True))
     return Backlog(bins, waiting)

@@ -17,6 +17,7 @@ difference: the law holds within the measurement when that interval contains 0.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import defaultdict
 from collections.abc import Iterable
@@ -85,28 +86,68 @@ def littles_law(jobs: Iterable[JobTimeline], window: Window) -> tuple[LittleRow,
 def _row(site: str, stays: list[Stay], window: Window) -> LittleRow:
     in_system, rate, sojourn, completed = _terms(stays, window.start, window.end)
     step = window.span / BATCHES
+    lows = [window.start + b * step for b in range(BATCHES)]
+    highs = [window.start + (b + 1) * step for b in range(BATCHES)]
+    # A million events make ~100,000 stays a site: each batch finds its arrivals by bisection
+    # and its L from the stays that overlap it, instead of walking every stay 20 times.
+    # math.fsum is exactly rounded, so the sums do not depend on which zero terms are left
+    # out or in what order the rest come: the figures are those of the walk over all stays.
+    by_arrival = sorted(stays, key=_arrival)
+    arrivals = [a for a, _ in by_arrival]
+    overlaps = _overlaps(stays, lows, highs)
     differences = []
-    for b in range(BATCHES):
-        low, high = window.start + b * step, window.start + (b + 1) * step
-        arrived = [s for s in stays if low <= s[0] < high or (b == BATCHES - 1 and s[0] == high)]
-        l_b = _in_system(stays, low, high)
-        _, r_b, w_b, _ = _terms(arrived, low, high)
+    for b, (low, high) in enumerate(zip(lows, highs, strict=True)):
+        first = bisect.bisect_left(arrivals, low)
+        # Arrivals in [low, high), and the last batch keeps one exactly at its end.
+        cut = bisect.bisect_right if b == BATCHES - 1 else bisect.bisect_left
+        arrived = by_arrival[first : cut(arrivals, high)]
+        l_b = math.fsum(overlaps[b]) / (high - low)
+        w_b = _mean_sojourn(arrived)
         if w_b is not None:
-            differences.append(r_b * w_b - l_b)
+            differences.append(len(arrived) / (high - low) * w_b - l_b)
     return LittleRow(site, len(stays), completed, in_system, rate, sojourn,
                      batch_means(differences))  # fmt: skip
 
 
+def _overlaps(stays: list[Stay], lows: list[float], highs: list[float]) -> list[list[float]]:
+    """Per batch [lows[b], highs[b]], the time each stay overlapping it spent in it: the
+    terms :func:`_in_system` sums over that batch, less those that are 0."""
+    parts: list[list[float]] = [[] for _ in lows]
+    for a, d in stays:
+        # Only batches ending after the arrival and (if it left) starting before the
+        # departure can hold a term above 0; each is computed as _in_system computes it.
+        last = len(lows) if d is None else bisect.bisect_left(lows, d)
+        for b in range(bisect.bisect_right(highs, a), last):
+            low, high = lows[b], highs[b]
+            parts[b].append(_overlap(a, d, low, high))
+    return parts
+
+
+def _arrival(stay: Stay) -> float:
+    return stay[0]
+
+
+def _mean_sojourn(stays: list[Stay]) -> float | None:
+    done = [d - a for a, d in stays if d is not None]
+    return math.fsum(done) / len(done) if done else None
+
+
 def _terms(stays: list[Stay], start: float, end: float) -> tuple[float, float, float | None, int]:
     """L over [start, end] of ``stays``, their arrival rate, mean sojourn, and completions."""
-    span = end - start
-    done = [d - a for a, d in stays if d is not None]
-    sojourn = math.fsum(done) / len(done) if done else None
-    return _in_system(stays, start, end), len(stays) / span, sojourn, len(done)
+    completed = sum(1 for _, d in stays if d is not None)
+    rate = len(stays) / (end - start)
+    return _in_system(stays, start, end), rate, _mean_sojourn(stays), completed
 
 
 def _in_system(stays: list[Stay], start: float, end: float) -> float:
-    total = math.fsum(
-        max(0.0, min(d if d is not None else end, end) - max(a, start)) for a, d in stays
-    )
-    return total / (end - start)
+    return math.fsum(_overlap(a, d, start, end) for a, d in stays) / (end - start)
+
+
+def _overlap(arrival: float, departure: float | None, start: float, end: float) -> float:
+    """Seconds of [start, end] the stay spent in the system: max(0, min(departure, end) -
+    max(arrival, start)), an open stay departing at ``end``, written as the comparisons min
+    and max make (the same one of the two, ties included), which is faster than the calls."""
+    stop = end if departure is None or end < departure else departure
+    begin = start if start > arrival else arrival
+    overlap = stop - begin
+    return overlap if overlap > 0.0 else 0.0

@@ -71,7 +71,12 @@ def utilization(
 
 
 def _node_seconds(intervals: list[tuple[float, float, float]], window: Window) -> float:
-    return math.fsum(
-        max(0.0, min(stop, window.end) - max(start, window.start)) * weight
-        for start, stop, weight in intervals
-    )
+    return math.fsum(_inside(start, stop, window.start, window.end) * weight
+                     for start, stop, weight in intervals)  # fmt: skip
+
+
+def _inside(start: float, stop: float, low: float, high: float) -> float:
+    """max(0, min(stop, high) - max(start, low)), written as the comparisons min and max make
+    (the same one of the two, ties included): faster than the calls, for every run."""
+    overlap = (high if high < stop else stop) - (low if low > start else start)
+    return overlap if overlap > 0.0 else 0.0

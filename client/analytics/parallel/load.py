@@ -1,13 +1,15 @@
 """A replay of ``EVENTS`` split across processes by aggregate: :func:`load_stream_parallel`.
 
 One Python process folds ~25,000 events a second at best (decode, the shared rule, the fold,
-all on one core), so a long log is split: each process reads the whole range and replays
-only the jobs, sessions and batch jobs of its share (:mod:`.partition`), and the parent
-merges the parts (:mod:`.merge`) into what one replay of the range gives.
+all on one core), so a long log is split: this process reads the range once, as the wire
+gives it, and hands each process the messages of its share (:mod:`.partition`) to parse,
+check and fold; it merges their parts (:mod:`.merge`) into what one replay of the range
+gives. The server sends every message once, and no process parses another's messages.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import Final
 
@@ -16,27 +18,28 @@ from nats.aio.client import Client
 from lodestream.client.analytics.intake import log_refusal
 from lodestream.client.analytics.load import load_stream
 from lodestream.client.analytics.parallel.merge import merge_parts
-from lodestream.client.analytics.parallel.pool import run_shares
+from lodestream.client.analytics.parallel.partition import split_wires
+from lodestream.client.analytics.parallel.pool import Shares
 from lodestream.client.analytics.parallel.worker import ShareTask
 from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
-from lodestream.client.analytics.stream import stream_span
+from lodestream.client.analytics.stream import range_wires, stream_span
 from lodestream.client.analytics.summary import Loaded
 from lodestream.collector import collector_paused
-from lodestream.settings import NatsSettings
+from lodestream.eventlog.rawpull import Wire
 
-# Each process reads the whole range (the client parses every message, the server sends
-# every message once per process) and the parent unpickles every share's timelines, so a
-# split pays for itself only with cores to spare. Measured on a 2-core machine over
-# 1,000,000 events (bench.analytics; idle but for the bench): two processes replayed in
-# 31-34 s against 34-36 s for one, both cores then busy with the two readers and
-# nats-server; with other work on the machine it swung from a win (31 s against 39 s) to a
-# loss (52-65 s against 36-44 s). So by default a 2-core machine replays in one process;
-# with more cores, one process per core up to 4 (each more adds a full read of the range).
+# Since the range is read once (here) and the parts come back packed, a second process no
+# longer adds a second read of the range for the server and the client. On a 2-core machine
+# with other work on it, over 1,000,000 events (python -m bench.analytics, alternately with
+# the code before): one process replayed in 33-36 s and two in 25-28 s where the load left
+# both cores (in one run of three, under more load, 44 s and 51 s); before, two took 36 s,
+# 58 s and 64 s against 36-42 s for one, so one was the default. So a machine with two
+# cores or more splits, one process per core up to 4 (more is not measured: this process
+# reads and deals out every message, about 10 s of one core a million).
 DEFAULT_WORKERS: Final = 4
-SPLIT_FROM_CORES: Final = 3
+SPLIT_FROM_CORES: Final = 2
 # Starting processes and sending timelines back costs about a second: over 100,000 events
-# two processes took 4.4 s against 3.8 s for one, over 1,000,000 about 3 s less; the
+# two processes took 4.4 s against 3.9 s for one, over 1,000,000 5-12 s less; the
 # crossover is near 250,000.
 SPLIT_FROM: Final = 250_000
 
@@ -53,18 +56,13 @@ def default_workers() -> int:
 
 
 async def load_stream_parallel(
-    nc: Client,
-    settings: NatsSettings,
-    selection: Selection | None = None,
-    *,
-    workers: int | None = None,
+    nc: Client, selection: Selection | None = None, *, workers: int | None = None
 ) -> Loaded:
     """The selection of ``EVENTS``, replayed by ``workers`` processes (at most one per core).
 
-    ``nc`` is the control-plane connection the parent finds the range with; each process
-    connects with ``settings`` (the same server and credential). ``workers`` None:
-    :func:`default_workers` for a range of :data:`SPLIT_FROM` messages or more, else one.
-    With one, this is :func:`~lodestream.client.analytics.load.load_stream` on ``nc``.
+    ``nc`` is the control-plane connection the range is read on, once, by this process.
+    ``workers`` None: :func:`default_workers` for a range of :data:`SPLIT_FROM` messages or
+    more, else one. With one, this is :func:`~lodestream.client.analytics.load.load_stream`.
     """
     selection = selection or Selection()
     if workers is not None and usable_workers(workers) == 1:
@@ -75,11 +73,11 @@ async def load_stream_parallel(
     shares = default_workers() if workers is None else usable_workers(workers)
     if shares == 1 or (workers is None and span.messages < SPLIT_FROM):
         return await load_stream(nc, selection)
-    return await _split(settings, selection, span.last, shares)
+    return await replay_range(nc, selection, span.last, shares)
 
 
 async def load_stream_shares(
-    nc: Client, settings: NatsSettings, selection: Selection | None = None, *, shares: int
+    nc: Client, selection: Selection | None = None, *, shares: int
 ) -> Loaded:
     """The selection of ``EVENTS`` replayed in ``shares`` processes, however many cores
     there are (:func:`load_stream_parallel` is what to call; this is for tests)."""
@@ -89,14 +87,37 @@ async def load_stream_shares(
     span = await stream_span(nc, selection)
     if span is None:
         return Replay(selection).loaded()
-    return await _split(settings, selection, span.last, shares)
+    return await replay_range(nc, selection, span.last, shares)
 
 
-async def _split(settings: NatsSettings, selection: Selection, last: int, shares: int) -> Loaded:
-    # The range ends where it ended for the parent: every share reads the same messages.
-    tasks = [ShareTask(settings, selection, last, share, shares) for share in range(shares)]
-    with collector_paused():  # unpickling the parts builds as much as the replay did
-        loaded = merge_parts(await run_shares(tasks), selection)
+async def replay_range(nc: Client, selection: Selection, last: int, shares: int) -> Loaded:
+    """The selection of ``EVENTS`` up to sequence ``last``, read here and replayed in
+    ``shares`` processes. Whatever ends it (an error here or in a process, a process that
+    died, the caller cancelling), no process outlives the call."""
+    pool = Shares([ShareTask(selection, last, share, shares) for share in range(shares)])
+    try:
+        pool.start()
+        async for wires in range_wires(nc, selection, last):
+            await _send(pool, split_wires(wires, shares))
+        await asyncio.to_thread(pool.finish)
+        with collector_paused():  # unpickling the parts builds as much as the replay did
+            loaded = merge_parts(await asyncio.to_thread(pool.collect), selection)
+    finally:
+        pool.stop()
     for refusal in loaded.intake.listed:  # the shares were told not to: what one replay logs
         log_refusal(refusal)
     return loaded
+
+
+async def _send(pool: Shares, chunks: list[list[Wire]]) -> None:
+    # Sent from threads, one per share, so that a process busy with its last chunk delays
+    # neither the others nor this loop, which reads the next batch meanwhile. Each send is
+    # waited for, failed or not, before the first failure goes on: none is left running.
+    sent = await asyncio.gather(
+        *(asyncio.to_thread(pool.send, share, chunk) for share, chunk in enumerate(chunks)
+          if chunk),
+        return_exceptions=True,
+    )  # fmt: skip
+    for outcome in sent:
+        if isinstance(outcome, BaseException):
+            raise outcome

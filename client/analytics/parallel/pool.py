@@ -1,4 +1,5 @@
-"""The parent of a split replay: starts one process per share, collects and merges their parts.
+"""The parent of a split replay: starts one process per share, feeds each its share of the
+messages (:meth:`Shares.send`), and collects their parts.
 
 The processes are spawned, not forked: the parent runs an event loop and threads (nats-py's,
 the executor's) that a fork would copy in whatever state they are in. Whatever ends the
@@ -8,7 +9,6 @@ still running is terminated and reaped before the error goes on, so none outlive
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import multiprocessing
 from collections.abc import Sequence
@@ -17,7 +17,13 @@ from multiprocessing.process import BaseProcess
 from typing import Final
 
 from lodestream.client.analytics.errors import AnalyticsError
-from lodestream.client.analytics.parallel.worker import ShareFailure, ShareTask, replay_share
+from lodestream.client.analytics.parallel.compact import PackedPart, unpack
+from lodestream.client.analytics.parallel.worker import (
+    Chunk,
+    ShareFailure,
+    ShareTask,
+    replay_share,
+)
 from lodestream.client.analytics.summary import Loaded
 
 log = logging.getLogger(__name__)
@@ -27,8 +33,8 @@ STOP_GRACE_S: Final = 5.0  # after SIGTERM, before SIGKILL
 
 
 class Shares:
-    """The processes replaying ``tasks``, one each: :meth:`start`, :meth:`collect`, and
-    :meth:`stop` always."""
+    """The processes replaying ``tasks``, one each: :meth:`start`, :meth:`send` their chunks,
+    :meth:`finish`, :meth:`collect`, and :meth:`stop` always."""
 
     def __init__(self, tasks: Sequence[ShareTask]) -> None:
         self._tasks = tasks
@@ -43,21 +49,37 @@ class Shares:
     def start(self) -> None:
         context = multiprocessing.get_context(START_METHOD)
         for task in self._tasks:
-            receive, send = context.Pipe(duplex=False)
+            ours, theirs = context.Pipe(duplex=True)  # chunks there, the part back
             process = context.Process(
-                target=replay_share, args=(task, send), daemon=True,
+                target=replay_share, args=(task, theirs), daemon=True,
                 name=f"lode-analytics-{task.share}-of-{task.shares}",
             )  # fmt: skip
             try:
                 process.start()
             except BaseException:
-                receive.close()
+                ours.close()
                 raise
             finally:
-                # The child holds the only sending end now: if it dies, its pipe reads as ended.
-                send.close()
-            self._pipes.append(receive)
+                # The child holds the only other end now: if it dies, its pipe reads as ended.
+                theirs.close()
+            self._pipes.append(ours)
             self._processes.append(process)
+
+    def send(self, share: int, chunk: Chunk) -> None:
+        """Hand ``chunk`` to the process of ``share`` (blocking while it is busy with the one
+        before: its pipe holds less than a chunk); if it is gone, the error that says why."""
+        pipe = self._pipes[share]
+        if pipe.poll():  # a process sends nothing before the end of the range but a failure
+            raise self._gone(share)
+        try:
+            pipe.send(chunk)
+        except OSError:  # it died
+            raise self._gone(share) from None
+
+    def finish(self) -> None:
+        """Tell every process that the range has ended: each sends its part back."""
+        for share in range(len(self._pipes)):
+            self.send(share, None)
 
     def collect(self) -> list[Loaded]:
         """Every share's part, in order of share (blocking); the first failure raised."""
@@ -77,7 +99,7 @@ class Shares:
     def _received(self, share: int, pipe: Connection) -> Loaded:
         try:
             outcome = pipe.recv()
-        except EOFError:
+        except (EOFError, OSError):  # ended, or reset: it died with a chunk of ours unread
             raise self._died(share) from None
         except Exception as exc:  # what a process sends is this package's; a bug, in words
             raise AnalyticsError(
@@ -89,9 +111,23 @@ class Shares:
             if outcome.detail:
                 log.debug("replay process %d failed:\n%s", share, outcome.detail)
             raise outcome.error()
-        if not isinstance(outcome, Loaded):
+        if not isinstance(outcome, PackedPart):
             raise AnalyticsError(f"replay process {share} sent {type(outcome).__name__}")
-        return outcome
+        return unpack(outcome)
+
+    def _gone(self, share: int) -> AnalyticsError:
+        """Why the process of ``share`` took no more: the failure it sent, or its end."""
+        pipe = self._pipes[share]
+        try:
+            if pipe.poll():
+                outcome = pipe.recv()
+                if isinstance(outcome, ShareFailure):
+                    if outcome.detail:
+                        log.debug("replay process %d failed:\n%s", share, outcome.detail)
+                    return outcome.error()
+        except (EOFError, OSError):
+            pass
+        return self._died(share)
 
     def _died(self, share: int) -> AnalyticsError:
         process = self._processes[share]
@@ -112,15 +148,3 @@ class Shares:
             if process.is_alive():
                 process.kill()
                 process.join()
-
-
-async def run_shares(tasks: Sequence[ShareTask]) -> list[Loaded]:
-    """Each task replayed in its own process; their parts, in order of share."""
-    shares = Shares(tasks)
-    try:
-        shares.start()
-        # Waited for in a thread, so the event loop (the caller's) stays free; cancelling
-        # this stops the processes, which ends the thread's wait.
-        return await asyncio.to_thread(shares.collect)
-    finally:
-        shares.stop()

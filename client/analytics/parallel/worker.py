@@ -1,19 +1,21 @@
-"""One process of a split replay: its own NATS connection and consumer, its share of the range.
+"""One process of a split replay: its share of the range, handed to it by the parent.
 
-:func:`replay_share` is what a spawned process runs. It reads every message of the range
-(the same consumer settings and the same last sequence as its siblings, taken once by the
-parent), skips those of the other shares by their subject before decoding anything, replays
-its own through the shared rule and the fold, and sends the :class:`Loaded` back through
-its pipe, or a :class:`ShareFailure` saying why it could not.
+:func:`replay_share` is what a spawned process runs. The parent reads the range once and
+sends each process its share in chunks, as the wire gave the messages
+(:func:`~lodestream.client.analytics.parallel.partition.split_wires`), then ``None`` for the
+end of the range; the process parses them (sequence, subject), replays them through the
+shared rule and the fold, and sends the :class:`Loaded` back on the same pipe, packed
+(:mod:`.compact`), or a :class:`ShareFailure` saying why it could not. It opens no
+connection of its own: the server sends every message once, to the parent.
 
 It ends with its parent whatever happens to that one: a thread waits on the parent's end of
-the spawn pipe and exits the process when it closes. Ctrl-C reaches the whole process group,
-so the process ignores it: the parent decides, and stops it, without a traceback here.
+the spawn pipe and exits the process when it closes, and the chunks' pipe reads as ended.
+Ctrl-C reaches the whole process group, so the process ignores it: the parent decides, and
+stops it, without a traceback here.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import multiprocessing
 import os
@@ -26,27 +28,28 @@ from multiprocessing.connection import Connection
 from typing import Final
 
 from lodestream.client.analytics import intake
-from lodestream.client.analytics.connection import control_connection
 from lodestream.client.analytics.errors import AnalyticsError, SourceError
-from lodestream.client.analytics.parallel.partition import keeper
+from lodestream.client.analytics.parallel.compact import PackedPart, pack
 from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
-from lodestream.client.analytics.stream import range_batches
+from lodestream.client.analytics.stream import raws_of
 from lodestream.client.analytics.summary import Loaded
 from lodestream.collector import collector_paused
-from lodestream.settings import NatsSettings
+from lodestream.eventlog.rawpull import Wire
 
 # Exit statuses of a process whose parent went away (nobody wants its result): seen while
 # it replayed, or only when it sent the result.
 ORPHANED_EXIT: Final = 3
 ORPHANED_AT_SEND_EXIT: Final = 4
 
+Chunk = list[Wire] | None
+"""What the parent sends a process: some messages of its share, or None: the range ended."""
+
 
 @dataclass(frozen=True, slots=True)
 class ShareTask:
     """What one process replays: share ``share`` of ``shares``, up to sequence ``last``."""
 
-    settings: NatsSettings
     selection: Selection
     last: int
     share: int
@@ -66,29 +69,32 @@ class ShareFailure:
         return SourceError(self.message) if self.source else AnalyticsError(self.message)
 
 
-def replay_share(task: ShareTask, results: Connection) -> None:
-    """Replay ``task``'s share and send the outcome on ``results``: a spawned process's
-    target, which ends the process once it is sent."""
+def replay_share(task: ShareTask, pipe: Connection) -> None:
+    """Replay the chunks of ``task``'s share received on ``pipe`` and send the outcome back
+    on it: a spawned process's target, which ends the process once it is sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _end_with_parent()
-    # The parent logs the refusals it lists once the shares are merged, and says why a share
-    # could not connect: neither is said here too, once per process.
+    # The parent logs the refusals it lists once the shares are merged: they are not said
+    # here too, once per process.
     logging.getLogger(intake.__name__).setLevel(logging.ERROR)
-    logging.getLogger("lodestream.natsconn").setLevel(logging.ERROR)
-    outcome: Loaded | ShareFailure
+    outcome: PackedPart | ShareFailure
     # Paused until the end: pickling what the replay kept, with the collector walking all of
     # it again and again as pickling allocates, takes twice as long.
     with collector_paused():
         try:
-            outcome = asyncio.run(_replay(task))
+            outcome = pack(_replay(task, pipe))
         except AnalyticsError as exc:
             outcome = ShareFailure(str(exc), isinstance(exc, SourceError))
         except Exception as exc:  # told to the parent, which says it in words
             words = f"replay process {task.share} of {task.shares} failed: {exc!r}"
             outcome = ShareFailure(words, source=False, detail=traceback.format_exc())
         try:
-            with results:
-                results.send(outcome)
+            with pipe:
+                pipe.send(outcome)
+                if isinstance(outcome, ShareFailure):
+                    # Read on to the end (the parent sees the failure at its next chunk):
+                    # ended with a chunk unread, the pipe would be reset, the failure lost.
+                    _drain(pipe)
         except OSError:  # the parent is gone, and the watch has not woken yet
             os._exit(ORPHANED_AT_SEND_EXIT)
     # Freeing what the replay built, object by object, would take a second the parent waits
@@ -98,13 +104,24 @@ def replay_share(task: ShareTask, results: Connection) -> None:
     os._exit(0)
 
 
-async def _replay(task: ShareTask) -> Loaded:
+def _replay(task: ShareTask, pipe: Connection) -> Loaded:
     replay = Replay(task.selection)
-    keep = keeper(task.share, task.shares)
-    async with control_connection(task.settings) as nc:
-        async for raws in range_batches(nc, replay.selection, task.last, keep=keep):
-            replay.take(raws)
-    return replay.loaded()
+    while True:
+        try:
+            chunk: Chunk = pipe.recv()
+        except (EOFError, OSError):  # the parent closed its end without the end of the range
+            os._exit(ORPHANED_EXIT)
+        if chunk is None:
+            return replay.loaded()
+        replay.take(raws_of(chunk, task.last))
+
+
+def _drain(pipe: Connection) -> None:
+    try:
+        while pipe.recv() is not None:
+            pass
+    except EOFError:  # the parent read the failure and closed its end
+        return
 
 
 def _end_with_parent() -> None:
