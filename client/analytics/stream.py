@@ -28,7 +28,7 @@ from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.selection import CLOCK_SLACK_S, Selection
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.jetstream import jetstream
-from lodestream.eventlog.rawpull import Keep, RawPull, Wire, delivery_of
+from lodestream.eventlog.rawpull import RawPull, Wire, delivery_of
 from lodestream.schemas.subjects import EVENTS_STREAM
 
 BATCH: Final = 10_000
@@ -98,12 +98,10 @@ async def range_batches(
     selection: Selection,
     last: int,
     *,
-    keep: Keep | None = None,
     batch: int = BATCH,
 ) -> AsyncIterator[list[Raw]]:
-    """The selected messages of ``EVENTS`` up to sequence ``last``, in batches; with ``keep``,
-    only those whose subject it keeps."""
-    async for wires in range_wires(nc, selection, last, keep=keep, batch=batch):
+    """The selected messages of ``EVENTS`` up to sequence ``last``, in batches."""
+    async for wires in range_wires(nc, selection, last, batch=batch):
         raws = raws_of(wires, last)
         if raws:
             yield raws
@@ -119,12 +117,11 @@ async def range_wires(
     selection: Selection,
     last: int,
     *,
-    keep: Keep | None = None,
     batch: int = BATCH,
 ) -> AsyncIterator[list[Wire]]:
     """The selected messages of ``EVENTS`` as they came off the wire, nothing of them parsed,
     until sequence ``last`` (the last batch may hold some past it: :func:`raws_of` drops
-    them); with ``keep``, only those whose subject it keeps."""
+    them)."""
     js = jetstream(nc)
     config = consumer_config(selection)
     assert config.name is not None
@@ -132,7 +129,7 @@ async def range_wires(
         created = await js.add_consumer(EVENTS_STREAM, config)
     except (NatsError, TimeoutError) as exc:
         raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc!r}") from exc
-    consumer = await RawPull(nc, EVENTS_STREAM, config.name, keep).start()
+    consumer = await RawPull(nc, EVENTS_STREAM, config.name).start()
     try:
         pending = created.num_pending
         while pending:

@@ -14,7 +14,7 @@ that each is folded exactly once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Final
 
 from lodestream.eventlog.rawpull import Wire
@@ -45,13 +45,6 @@ def _id_share(token: bytes, shares: int) -> int:
         return int(token.replace(b"-", b""), 16) % shares
     except ValueError:
         return 0
-
-
-def keeper(share: int, shares: int) -> Callable[[bytes], bool]:
-    """A filter of subjects as they come off the wire: True for those of ``share``."""
-    if not 0 <= share < shares:
-        raise ValueError(f"share {share} is not one of {shares}")
-    return lambda subject: wire_share_of(subject, shares) == share
 
 
 def split_wires(wires: Iterable[Wire], shares: int) -> list[list[Wire]]:
