@@ -15,6 +15,7 @@ from typing import Any, Final, LiteralString
 from psycopg import AsyncConnection, sql
 
 from lodestream.schemas.resources import BatchJobState, TransferState
+from lodestream.services.projector.copy_text import job_event_line, job_line, progress_line
 from lodestream.services.projector.projection import Changes, Known, Op
 from lodestream.services.projector.rows import (
     JOB_COLUMNS,
@@ -255,9 +256,8 @@ class ProjectionStore:
     async def write_jobs(self, conn: AsyncConnection[Any], changes: Changes) -> None:
         cursor = conn.cursor()
         if changes.new_jobs:
-            await self._copy(
-                cursor, "jobs", JOB_COLUMNS, (r.to_copy() for r in changes.new_jobs.values())
-            )
+            lines = [job_line(r.to_copy()) for r in changes.new_jobs.values()]
+            await self._copy(cursor, self._table("jobs"), JOB_COLUMNS, lines)
         if changes.updated_jobs:
             await conn.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS job_progress "
@@ -265,12 +265,8 @@ class ProjectionStore:
                 "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
                 "stage_times jsonb) ON COMMIT DELETE ROWS"
             )
-            copy = sql.SQL("COPY job_progress ({cols}) FROM STDIN").format(
-                cols=_columns(PROGRESS_COLUMNS)
-            )
-            async with cursor.copy(copy) as out:
-                for progress in changes.updated_jobs.values():
-                    await out.write_row(progress.to_copy())
+            lines = [progress_line(p.to_copy()) for p in changes.updated_jobs.values()]
+            await self._copy(cursor, sql.Identifier("job_progress"), PROGRESS_COLUMNS, lines)
             assignments = sql.SQL(", ").join(
                 sql.SQL("{c} = p.{c}").format(c=sql.Identifier(c)) for c in PROGRESS_COLUMNS[1:]
             )
@@ -280,20 +276,21 @@ class ProjectionStore:
                 )
             )
         if changes.job_events:
-            await self._copy(
-                cursor, "job_events", JOB_EVENT_COLUMNS, (e.to_copy() for e in changes.job_events)
-            )
+            lines = [job_event_line(e.to_copy()) for e in changes.job_events]
+            await self._copy(cursor, self._table("job_events"), JOB_EVENT_COLUMNS, lines)
         await cursor.close()
 
+    def _table(self, name: str) -> sql.Composable:
+        return sql.Identifier(self.schema, name)
+
+    @staticmethod
     async def _copy(
-        self, cursor: Any, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]
+        cursor: Any, table: sql.Composable, columns: Sequence[str], lines: list[str]
     ) -> None:
-        copy = sql.SQL("COPY {s}.{t} ({cols}) FROM STDIN").format(
-            s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=_columns(columns)
-        )
+        """COPY already formatted text lines (``copy_text``) into ``table`` in one write."""
+        copy = sql.SQL("COPY {t} ({cols}) FROM STDIN").format(t=table, cols=_columns(columns))
         async with cursor.copy(copy) as out:
-            for row in rows:
-                await out.write_row(row)
+            await out.write("".join(lines))
 
     async def _execute(self, conn: AsyncConnection[Any], op: Op) -> None:
         await conn.execute(_q(_OPS[op.statement], self.schema), op.params)
