@@ -10,6 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any, Final, LiteralString
 
 from psycopg import AsyncConnection, sql
@@ -24,6 +25,8 @@ from lodestream.services.projector.rows import (
     JobProgress,
 )
 
+# Rows per copy.write: a few MB of text, large enough that the per-write cost vanishes.
+_COPY_CHUNK_ROWS: Final = 10_000
 _OPS: Final[dict[str, LiteralString]] = {
     "site_registered": """
         INSERT INTO {s}.sites (name, id, owner, description, public_key, created_at, last_seq)
@@ -256,7 +259,7 @@ class ProjectionStore:
     async def write_jobs(self, conn: AsyncConnection[Any], changes: Changes) -> None:
         cursor = conn.cursor()
         if changes.new_jobs:
-            lines = [job_line(r.to_copy()) for r in changes.new_jobs.values()]
+            lines = (job_line(r.to_copy()) for r in changes.new_jobs.values())
             await self._copy(cursor, self._table("jobs"), JOB_COLUMNS, lines)
         if changes.updated_jobs:
             await conn.execute(
@@ -265,7 +268,7 @@ class ProjectionStore:
                 "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
                 "stage_times jsonb) ON COMMIT DELETE ROWS"
             )
-            lines = [progress_line(p.to_copy()) for p in changes.updated_jobs.values()]
+            lines = (progress_line(p.to_copy()) for p in changes.updated_jobs.values())
             await self._copy(cursor, sql.Identifier("job_progress"), PROGRESS_COLUMNS, lines)
             assignments = sql.SQL(", ").join(
                 sql.SQL("{c} = p.{c}").format(c=sql.Identifier(c)) for c in PROGRESS_COLUMNS[1:]
@@ -276,7 +279,7 @@ class ProjectionStore:
                 )
             )
         if changes.job_events:
-            lines = [job_event_line(e.to_copy()) for e in changes.job_events]
+            lines = (job_event_line(e.to_copy()) for e in changes.job_events)
             await self._copy(cursor, self._table("job_events"), JOB_EVENT_COLUMNS, lines)
         await cursor.close()
 
@@ -285,12 +288,18 @@ class ProjectionStore:
 
     @staticmethod
     async def _copy(
-        cursor: Any, table: sql.Composable, columns: Sequence[str], lines: list[str]
+        cursor: Any, table: sql.Composable, columns: Sequence[str], lines: Iterable[str]
     ) -> None:
-        """COPY already formatted text lines (``copy_text``) into ``table`` in one write."""
+        """COPY formatted text lines (``copy_text``) into ``table``, many rows per write.
+
+        A live batch is one write; the rebuild's final write of every job goes in
+        chunks, so that its text never exists whole beside the rows it comes from.
+        """
         copy = sql.SQL("COPY {t} ({cols}) FROM STDIN").format(t=table, cols=_columns(columns))
+        rows = iter(lines)
         async with cursor.copy(copy) as out:
-            await out.write("".join(lines))
+            while chunk := "".join(islice(rows, _COPY_CHUNK_ROWS)):
+                await out.write(chunk)
 
     async def _execute(self, conn: AsyncConnection[Any], op: Op) -> None:
         await conn.execute(_q(_OPS[op.statement], self.schema), op.params)
