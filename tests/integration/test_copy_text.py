@@ -19,8 +19,9 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from lodestream.services.projector import copy_text
+from lodestream.services.projector import copy_text, store
 from lodestream.services.projector.rows import JOB_COLUMNS, JOB_EVENT_COLUMNS, PROGRESS_COLUMNS
+from lodestream.services.projector.store import ProjectionStore
 
 # Every character that COPY's text format, the array syntax or JSON give a meaning,
 # the end-of-data marker, NULL's spelling, and text outside ASCII.
@@ -176,3 +177,21 @@ def test_a_line_has_one_field_per_column_whatever_the_values_hold() -> None:
 
 
 _JOB_JSON = {"parameters", "tags", "data", "resources", "transfers", "stage_times"}
+
+
+async def test_the_store_copies_every_line_when_they_span_several_writes(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store, "_COPY_CHUNK_ROWS", 2)
+    rows = job_event_rows()[:5]
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        async with conn.cursor() as cursor:
+            await ProjectionStore._copy(
+                cursor,
+                sql.Identifier("rm", "job_events"),
+                JOB_EVENT_COLUMNS,
+                (copy_text.job_event_line(r) for r in rows),
+            )
+        await conn.commit()
+        cursor = await conn.execute("SELECT seq, site FROM rm.job_events ORDER BY seq")
+        assert await cursor.fetchall() == [(r[0], r[3]) for r in rows]
