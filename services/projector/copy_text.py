@@ -1,4 +1,4 @@
-"""COPY text format for the projector's hot tables: one ``copy.write`` per batch.
+"""COPY text format for the projector's hot tables: a batch's rows in one ``copy.write``.
 
 psycopg's ``write_row`` looks up a dumper for every value and runs an ``await``
 for every row; the jobs and job_events of a batch are thousands of rows whose

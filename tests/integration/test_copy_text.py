@@ -176,6 +176,25 @@ def test_a_line_has_one_field_per_column_whatever_the_values_hold() -> None:
             assert text.count("\t") == len(columns) - 1
 
 
+def test_a_row_without_special_characters_is_formatted_once_whichever_columns_are_null(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The escaping pass must be the exception: a miscounted NULL would send every row
+    # through it (slower), or let a backslash through unescaped (wrong; the tests above).
+    def escaping_pass(row: tuple[Any, ...]) -> tuple[Any, ...]:
+        raise AssertionError(f"escaping pass taken for {row}")
+
+    monkeypatch.setattr(copy_text, "_escaped", escaping_pass)
+    for rows, line in (
+        (job_rows(), copy_text.job_line),
+        (progress_rows(), copy_text.progress_line),
+        (job_event_rows(), copy_text.job_event_line),
+    ):
+        for row in rows:
+            clean = tuple("plain" if isinstance(v, str) else v for v in row)
+            assert line(clean).count("\\") == sum(v is None for v in clean)
+
+
 _JOB_JSON = {"parameters", "tags", "data", "resources", "transfers", "stage_times"}
 
 
