@@ -1,16 +1,16 @@
-"""The projector's COPY text lines store exactly what psycopg's ``write_row`` stored.
+"""The projector's binary COPY stores exactly what psycopg's text ``write_row`` stored.
 
 Each case writes the same rows twice into real Postgres, once through
-psycopg's own per-row formatting (the path the projector used before) and
-once through ``copy_text``, into two tables of the same shape, and requires
-the two to hold equal rows, and the copy_text rows to read back as the Python
-values they were made from.
+psycopg's text COPY (the path the projector used before) and once through
+``ProjectionStore._copy`` (binary, each column as its declared type), into two
+tables of the same shape, and requires the two to hold equal rows, and the
+store's rows to read back as the Python values they were made from.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
@@ -19,8 +19,15 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from lodestream.services.projector import copy_text, store
-from lodestream.services.projector.rows import JOB_COLUMNS, JOB_EVENT_COLUMNS, PROGRESS_COLUMNS
+from lodestream.services.projector.consumer import UNSTORABLE
+from lodestream.services.projector.rows import (
+    JOB_COLUMNS,
+    JOB_COPY_TYPES,
+    JOB_EVENT_COLUMNS,
+    JOB_EVENT_COPY_TYPES,
+    PROGRESS_COLUMNS,
+    PROGRESS_COPY_TYPES,
+)
 from lodestream.services.projector.store import ProjectionStore
 
 # Every character that COPY's text format, the array syntax or JSON give a meaning,
@@ -78,13 +85,13 @@ async def copy_both_ways(
     database_url: str,
     like: str,
     columns: Sequence[str],
+    types: Sequence[str],
     rows: list[tuple[Any, ...]],
-    line: Callable[[tuple[Any, ...]], str],
 ) -> list[tuple[Any, ...]]:
-    """COPY ``rows`` with write_row and with ``line``; return the ``line`` rows read back."""
+    """COPY ``rows`` with text write_row and with the store; return the store's rows."""
     cols = sql.SQL(", ").join(sql.Identifier(c) for c in columns)
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        for name in ("by_psycopg", "by_lines"):
+        for name in ("by_psycopg", "by_store"):
             await conn.execute(
                 sql.SQL("CREATE TEMP TABLE {t} AS SELECT {cols} FROM {like} LIMIT 0").format(
                     t=sql.Identifier(name), cols=cols, like=sql.SQL(like)
@@ -95,17 +102,15 @@ async def copy_both_ways(
         async with cursor.copy(reference) as out:
             for row in rows:
                 await out.write_row(row)
-        ours = sql.SQL("COPY by_lines ({cols}) FROM STDIN").format(cols=cols)
-        async with cursor.copy(ours) as out:
-            await out.write("".join(line(row) for row in rows))
-        for a, b in (("by_psycopg", "by_lines"), ("by_lines", "by_psycopg")):
+        await ProjectionStore._copy(cursor, sql.Identifier("by_store"), columns, types, rows)
+        for a, b in (("by_psycopg", "by_store"), ("by_store", "by_psycopg")):
             await cursor.execute(
                 sql.SQL("SELECT * FROM {} EXCEPT ALL SELECT * FROM {}").format(
                     sql.Identifier(a), sql.Identifier(b)
                 )
             )
             assert await cursor.fetchall() == [], f"rows in {a} and not in {b}"
-        await cursor.execute("SELECT * FROM by_lines")
+        await cursor.execute("SELECT * FROM by_store")
         return await cursor.fetchall()
 
 
@@ -118,26 +123,26 @@ def by_first(rows: Sequence[tuple[Any, ...]]) -> dict[Any, tuple[Any, ...]]:
     return {row[0]: row for row in rows}
 
 
-async def test_job_lines_store_what_write_row_stored(database_url: str) -> None:
+async def test_job_rows_store_what_write_row_stored(database_url: str) -> None:
     rows = job_rows()
-    stored = await copy_both_ways(database_url, "rm.jobs", JOB_COLUMNS, rows, copy_text.job_line)
+    stored = await copy_both_ways(database_url, "rm.jobs", JOB_COLUMNS, JOB_COPY_TYPES, rows)
     json_columns = {JOB_COLUMNS.index(c) for c in JOB_COLUMNS if c in _JOB_JSON}
     assert by_first(stored) == by_first([as_stored(r, json_columns) for r in rows])
 
 
-async def test_progress_lines_store_what_write_row_stored(database_url: str) -> None:
+async def test_progress_rows_store_what_write_row_stored(database_url: str) -> None:
     rows = progress_rows()
     stored = await copy_both_ways(
-        database_url, "rm.jobs", PROGRESS_COLUMNS, rows, copy_text.progress_line
+        database_url, "rm.jobs", PROGRESS_COLUMNS, PROGRESS_COPY_TYPES, rows
     )
     json_columns = {PROGRESS_COLUMNS.index("stage_times")}
     assert by_first(stored) == by_first([as_stored(r, json_columns) for r in rows])
 
 
-async def test_job_event_lines_store_what_write_row_stored(database_url: str) -> None:
+async def test_job_event_rows_store_what_write_row_stored(database_url: str) -> None:
     rows = job_event_rows()
     stored = await copy_both_ways(
-        database_url, "rm.job_events", JOB_EVENT_COLUMNS, rows, copy_text.job_event_line
+        database_url, "rm.job_events", JOB_EVENT_COLUMNS, JOB_EVENT_COPY_TYPES, rows
     )
     json_columns = {JOB_EVENT_COLUMNS.index("data")}
     assert by_first(stored) == by_first([as_stored(r, json_columns) for r in rows])
@@ -152,65 +157,37 @@ async def test_text_arrays_store_what_write_row_stored(
     database_url: str, elements: list[str | None]
 ) -> None:
     rows: list[tuple[Any, ...]] = [(1, elements)]
-
-    def line(row: tuple[Any, ...]) -> str:
-        return f"{row[0]:d}\t{copy_text.array(row[1])}\n"
-
     stored = await copy_both_ways(
-        database_url, "(SELECT 1::int AS n, ARRAY[]::text[] AS a) AS shape", ("n", "a"), rows, line
+        database_url,
+        "(SELECT 1::int AS n, ARRAY[]::text[] AS a) AS shape",
+        ("n", "a"),
+        ("int4", "text[]"),
+        rows,
     )
     assert stored == rows
 
 
-def test_a_line_has_one_field_per_column_whatever_the_values_hold() -> None:
-    for rows, columns, line in (
-        (job_rows(), JOB_COLUMNS, copy_text.job_line),
-        (progress_rows(), PROGRESS_COLUMNS, copy_text.progress_line),
-        (job_event_rows(), JOB_EVENT_COLUMNS, copy_text.job_event_line),
-    ):
-        for row in rows:
-            text = line(row)
-            assert text.endswith("\n")
-            assert text.count("\n") == 1
-            assert "\r" not in text
-            assert text.count("\t") == len(columns) - 1
-
-
-def test_a_row_without_special_characters_is_formatted_once_whichever_columns_are_null(
-    monkeypatch: pytest.MonkeyPatch,
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [("site", "nul\x00inside"), ("data", '{"k":"\\u0000"}'), ("seq", 2**63)],
+    ids=["nul-in-text", "nul-in-jsonb", "int8-overflow"],
+)
+async def test_a_value_postgres_cannot_store_is_an_unstorable_error(
+    database_url: str, column: str, value: object
 ) -> None:
-    # The escaping pass must be the exception: a miscounted NULL would send every row
-    # through it (slower), or let a backslash through unescaped (wrong; the tests above).
-    def escaping_pass(row: tuple[Any, ...]) -> tuple[Any, ...]:
-        raise AssertionError(f"escaping pass taken for {row}")
-
-    monkeypatch.setattr(copy_text, "_escaped", escaping_pass)
-    for rows, line in (
-        (job_rows(), copy_text.job_line),
-        (progress_rows(), copy_text.progress_line),
-        (job_event_rows(), copy_text.job_event_line),
-    ):
-        for row in rows:
-            clean = tuple("plain" if isinstance(v, str) else v for v in row)
-            assert line(clean).count("\\") == sum(v is None for v in clean)
+    # The consumer quarantines a message whose row raises one of UNSTORABLE: the binary
+    # path must refuse what the text path refused, with an error of the same kind.
+    row = list(job_event_rows()[1])
+    row[JOB_EVENT_COLUMNS.index(column)] = value
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        with pytest.raises(UNSTORABLE):
+            await ProjectionStore._copy(
+                conn.cursor(),
+                sql.Identifier("rm", "job_events"),
+                JOB_EVENT_COLUMNS,
+                JOB_EVENT_COPY_TYPES,
+                [tuple(row)],
+            )
 
 
 _JOB_JSON = {"parameters", "tags", "data", "resources", "transfers", "stage_times"}
-
-
-async def test_the_store_copies_every_line_when_they_span_several_writes(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(store, "_COPY_CHUNK_ROWS", 2)
-    rows = job_event_rows()[:5]
-    async with await psycopg.AsyncConnection.connect(database_url) as conn:
-        async with conn.cursor() as cursor:
-            await ProjectionStore._copy(
-                cursor,
-                sql.Identifier("rm", "job_events"),
-                JOB_EVENT_COLUMNS,
-                (copy_text.job_event_line(r) for r in rows),
-            )
-        await conn.commit()
-        cursor = await conn.execute("SELECT seq, site FROM rm.job_events ORDER BY seq")
-        assert await cursor.fetchall() == [(r[0], r[3]) for r in rows]
