@@ -33,6 +33,21 @@ JOB_EVENT_COLUMNS = (
     "actor", "data",
 )  # fmt: skip
 
+# The Postgres types of those columns, in the same order, for binary COPY: the server
+# reads each value with its type's binary input, so these must be the columns' exact
+# types (an int8 sent for an int4 column is refused). The migration's types.
+JOB_COPY_TYPES = (
+    "uuid", "text", "text", "text", "text", "text", "jsonb", "jsonb", "jsonb", "jsonb", "jsonb",
+    "uuid[]", "int8", "uuid", "int4", "int4", "text", "int8", "int8", "timestamptz",
+    "timestamptz", "jsonb",
+)  # fmt: skip
+PROGRESS_COPY_TYPES = (
+    "uuid", "text", "int8", "uuid", "int4", "int4", "text", "int8", "timestamptz", "jsonb",
+)  # fmt: skip
+JOB_EVENT_COPY_TYPES = (
+    "int8", "uuid", "uuid", "text", "text", "text", "text", "timestamptz", "text", "jsonb",
+)  # fmt: skip
+
 _RESOURCE_FIELDS = (
     "num_nodes", "ranks_per_node", "threads_per_rank", "threads_per_core", "gpus_per_rank",
     "node_packing_count", "launch_params", "wall_time_min",

