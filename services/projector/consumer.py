@@ -80,7 +80,13 @@ class Gap(Exception):
 
 
 async def position_consumer(
-    js: JetStreamContext, stream: str, durable: str, batch: int, start_seq: int
+    js: JetStreamContext,
+    stream: str,
+    durable: str,
+    batch: int,
+    start_seq: int,
+    *,
+    ack_wait_s: float = 60.0,
 ) -> None:
     """(Re)create the durable so that it delivers from ``start_seq``."""
     with contextlib.suppress(NotFoundError):
@@ -92,7 +98,7 @@ async def position_consumer(
             ack_policy=AckPolicy.ALL,
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=max(start_seq, 1),
-            ack_wait=60.0,
+            ack_wait=ack_wait_s,
             # The batch being applied and the one read ahead, with room for a redelivery.
             max_ack_pending=batch * 4,
             max_waiting=16,

@@ -11,18 +11,16 @@ not on every fetch after it.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import uuid
 
 import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
 
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.rawpull import Delivery, RawPull
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector.consumer import position_consumer
 
 DURABLE = "reader"
 
@@ -34,20 +32,8 @@ async def store(js: JetStreamContext, count: int) -> None:
 
 
 async def durable(js: JetStreamContext, *, ack_wait: float = 30.0, start_seq: int = 1) -> None:
-    """The durable as the projector positions it: AckAll, from ``start_seq``."""
-    with contextlib.suppress(NotFoundError):
-        await js.delete_consumer(EVENTS_STREAM, DURABLE)
-    await js.add_consumer(
-        EVENTS_STREAM,
-        ConsumerConfig(
-            durable_name=DURABLE,
-            ack_policy=AckPolicy.ALL,
-            deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
-            opt_start_seq=start_seq,
-            ack_wait=ack_wait,
-            max_waiting=16,
-        ),
-    )
+    """The durable exactly as the projector positions it (AckAll, from ``start_seq``)."""
+    await position_consumer(js, EVENTS_STREAM, DURABLE, 500, start_seq, ack_wait_s=ack_wait)
 
 
 async def fetch_until(pull: RawPull, batch: int, count: int) -> list[Delivery]:
