@@ -8,6 +8,10 @@ is the one this process committed (same sequence, same writing transaction): ano
 projector's batch or a rebuild's swap changes the row, and the cache is dropped and
 reloaded from Postgres. A batch takes the cache and gives it back only after its commit,
 so a failed batch, which may have folded half of it, leaves nothing behind.
+
+The bound is kept by :meth:`FoldCache.trim`, not on the way back: the next batch may be
+folding onto the same ``Known`` while this one commits (consumer.py), and entries taken
+from under a fold half done would make its later events look like unknown jobs'.
 """
 
 from __future__ import annotations
@@ -37,15 +41,18 @@ class FoldCache:
         self._known, self._position = known, position
 
     def keep(self, known: Known, changes: Changes, position: Position) -> None:
-        """After a batch's commit: keep what it folded, within bounds."""
+        """After a batch's commit: keep what it folded."""
         for job_id, record in changes.new_jobs.items():
             known.jobs[job_id] = record.progress  # the created event itself is not needed again
+        self.give_back(known, position)
+
+    def trim(self, known: Known) -> None:
+        """Bound ``known``, before a batch is folded onto it and while nothing else is."""
         # Jobs are mostly touched soon after their creation: past the bound the oldest
         # entries go, and a later event of theirs reloads them from Postgres.
         _trim(known.jobs, self._max_jobs)
         _trim(known.batch_states, self._max_jobs)
         _trim(known.xfer_states, self._max_jobs)
-        self.give_back(known, position)
 
 
 def _trim(entries: MutableMapping[Any, Any], bound: int) -> None:

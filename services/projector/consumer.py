@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from typing import Any
 
@@ -37,12 +36,17 @@ from psycopg import AsyncConnection
 
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.pull import CONNECTION_ERRORS, PullLoop
+from lodestream.services.projector.ahead import (
+    Fold,
+    InFlight,
+    decode_sliced,
+    fold_sliced,
+    named_ids,
+)
 from lodestream.services.projector.cache import FoldCache
 from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
 from lodestream.services.projector.projection import (
-    Changes,
     Known,
-    Projection,
     batch_ids_to_load,
     job_ids_to_load,
     xfer_ids_to_load,
@@ -108,7 +112,14 @@ async def position_consumer(
 
 
 class Projector:
-    """Folds one stream (EVENTS or HB) into the read models of one schema."""
+    """Folds one stream (EVENTS or HB) into the read models of one schema.
+
+    One batch is committed while the next is decoded and folded onto what the first left
+    (ahead.py): at most one transaction is in flight, and a batch is acked only after its
+    own commit. What was folded ahead is written only if its predecessor committed the very
+    ``Known`` it was folded onto, at the position it assumed; otherwise it is thrown away,
+    with that ``Known``, and the batch is folded again from the cache or from Postgres.
+    """
 
     def __init__(
         self,
@@ -131,9 +142,15 @@ class Projector:
         self._store = store
         self._contiguous = contiguous
         self._conn: AsyncConnection[Any] | None = None
+        # Reads for a batch folded ahead, while _conn is in its predecessor's transaction.
+        self._loads: AsyncConnection[Any] | None = None
         self._cache = FoldCache(CACHED_JOBS)
+        self._inflight: InFlight | None = None
         self.applied = 0
         self.unstorable = 0
+        # Batches folded ahead, and those written so: the rest were thrown away.
+        self.folded_ahead = 0
+        self.written_ahead = 0
 
     async def run(self, stop: asyncio.Event) -> None:
         reader = stream_reader(self._js, self._stream, self._durable)
@@ -143,30 +160,97 @@ class Projector:
             timeout_s=self._fetch_timeout_s, retried=READ_ERRORS,
         )  # fmt: skip
         try:
-            await pulling.run(functools.partial(self._on_batch, reader, stop), stop)
+            while not stop.is_set():
+                raws = await pulling.fetch()
+                if raws:
+                    await self._on_batch(reader, stop, raws)
+                elif self._inflight is not None:  # idle: ack what committed, without waiting
+                    await self._settle(reader, stop)
         finally:
+            await self._settle(reader, stop)
             await reader.stop()
             await self.close()
 
     async def close(self) -> None:
-        """Close the Postgres connection (:meth:`run` does on its way out)."""
-        if self._conn is not None:
-            await self._conn.close()
-            self._conn = None
+        """Close the Postgres connections (:meth:`run` does on its way out)."""
+        for conn in (self._conn, self._loads):
+            if conn is not None:
+                await conn.close()
+        self._conn = self._loads = None
 
     async def _on_batch(
         self, reader: StreamReader, stop: asyncio.Event, raws: list[RawMessage]
     ) -> None:
-        """Apply a batch, then ack it with its last message (AckAll)."""
+        """Fold ``raws`` ahead while the batch before commits; then start its own commit."""
+        mark = reader.mark()
+        decoded = await decode_sliced(raws)
+        previous = self._inflight
+        ahead = await self._fold_ahead(previous, raws, decoded) if previous else None
+        if not await self._settle(reader, stop):
+            return  # the batch before was not committed: this one is delivered again
+        folded: asyncio.Future[Fold | None] = asyncio.get_running_loop().create_future()
+        task = asyncio.create_task(self._commit(raws, decoded, ahead, stop, folded))
+        self._inflight = InFlight(task, mark, folded, named_ids(decoded))
+
+    async def _settle(self, reader: StreamReader, stop: asyncio.Event) -> bool:
+        """Wait for the batch in flight; ack it if committed. False if it was not."""
+        inflight, self._inflight = self._inflight, None
+        if inflight is None:
+            return True
         try:
-            applied = await self.apply(raws, stop)
+            committed = await inflight.task
         except Gap as gap:
             log.info("projector %s: %s; re-positioning", self._stream, gap)
             await reader.stop()
             await self._deliver_after(reader, gap.position, stop)
-            return
-        if applied:
-            await reader.ack_batch()
+            return False
+        if committed:
+            await reader.ack(inflight.mark)
+        return committed
+
+    async def _fold_ahead(
+        self,
+        previous: InFlight,
+        raws: list[RawMessage],
+        decoded: list[Decoded | QuarantineRow],
+    ) -> Fold | None:
+        """Fold ``raws`` onto what ``previous`` folded, before it commits; None if unsafe.
+
+        Jobs the cache lacks are read on a second connection. That is safe for a job the
+        batch in flight does not name: its row is the same before and after that commit.
+        A job it names but the cache lacks is not read (it would be read stale); nor is
+        anything read for a stream with gaps, where ``after`` cannot be known.
+        """
+        if not self._contiguous:
+            return None
+        await asyncio.wait((previous.folded, previous.task), return_when=asyncio.FIRST_COMPLETED)
+        base = previous.folded.result() if previous.folded.done() else None
+        if base is None or raws[0].seq != base.last + 1:
+            return None
+        known = base.known
+        self._cache.trim(known)
+        events = [d for d in decoded if not isinstance(d, QuarantineRow)]
+        missing = (
+            job_ids_to_load(events) - known.jobs.keys(),
+            batch_ids_to_load(events) - known.batch_states.keys(),
+            xfer_ids_to_load(events) - known.xfer_states.keys(),
+        )
+        if any(ids & previous.named for ids in missing):
+            return None
+        if any(missing):
+            try:
+                if self._loads is None or self._loads.closed:
+                    self._loads = await AsyncConnection.connect(self._dsn, autocommit=True)
+                await self._store.load_into(self._loads, known, *missing)
+            except psycopg.Error as exc:
+                log.info("projector %s: not folding ahead (%s)", self._stream, _first_line(exc))
+                if self._loads is not None:
+                    await self._loads.close()
+                    self._loads = None
+                return None
+        fold = await fold_sliced(known, base.last, list(zip(raws, decoded, strict=True)))
+        self.folded_ahead += 1
+        return fold
 
     async def _applied_position(self) -> int:
         while True:
@@ -211,7 +295,17 @@ class Projector:
         Returns False only when asked to stop before the batch was committed;
         the unacked batch is then redelivered to the next projector.
         """
-        decoded = [decode_message(r) for r in raws]
+        return await self._commit(raws, [decode_message(r) for r in raws], None, stop)
+
+    async def _commit(
+        self,
+        raws: list[RawMessage],
+        decoded: list[Decoded | QuarantineRow],
+        ahead: Fold | None,
+        stop: asyncio.Event | None,
+        folded: asyncio.Future[Fold | None] | None = None,
+    ) -> bool:
+        """:meth:`apply`, with what was folded ahead tried first and the fold announced."""
         delay = 0.1
         singly = False
         while True:
@@ -219,7 +313,7 @@ class Projector:
                 if singly:
                     await self._apply_singly(raws, decoded)
                 else:
-                    await self._apply_once(raws, decoded)
+                    await self._apply_once(raws, decoded, ahead, folded)
             except psycopg.OperationalError as exc:
                 log.warning("projector %s: postgres unavailable (%s); retrying", self._stream, exc)
             except (psycopg.errors.UndefinedTable, psycopg.errors.InternalError_) as exc:
@@ -233,7 +327,7 @@ class Projector:
                     # the rest. Retrying the batch as it is would fail for ever.
                     log.warning("projector %s: batch refused (%s); applying one by one",
                                 self._stream, _first_line(exc))  # fmt: skip
-                    singly = True
+                    singly, ahead = True, None
                     continue
             except psycopg.ProgrammingError as exc:
                 # A missing grant or a broken schema: the operator's to fix, never the
@@ -241,6 +335,9 @@ class Projector:
                 log.warning("projector %s: %s; retrying", self._stream, _first_line(exc))
             else:
                 return True
+            # The transaction failed: what was folded ahead went with the cache it was
+            # folded onto, and a retry folds from Postgres.
+            ahead = None
             if self._conn is not None:
                 await self._conn.close()
                 self._conn = None
@@ -271,43 +368,68 @@ class Projector:
             self._conn = await AsyncConnection.connect(self._dsn)
         return self._conn
 
-    async def _apply_once(self, raws: list[RawMessage], decoded: list[Any]) -> None:
+    async def _apply_once(
+        self,
+        raws: list[RawMessage],
+        decoded: list[Decoded | QuarantineRow],
+        ahead: Fold | None = None,
+        folded: asyncio.Future[Fold | None] | None = None,
+    ) -> None:
         conn = await self._connection()
         async with conn.transaction():
             # The read model is derived from the log: a commit lost in a crash is re-applied
             # from NATS, so waiting for the WAL flush would buy nothing.
             await conn.execute("SET LOCAL synchronous_commit = off")
             position = await self._store.lock(conn, self._stream)
-            pending = [(r, d) for r, d in zip(raws, decoded, strict=True) if r.seq > position.seq]
-            if not pending:
+            cached = self._cache.take(position)
+            fold = await self._fold(conn, position, cached, raws, decoded, ahead=ahead)
+            if folded is not None and not folded.done():
+                folded.set_result(fold)
+            if fold is None:
                 return
-            if self._contiguous and pending[0][0].seq != position.seq + 1:
-                raise Gap(position.seq)
-            events = [d for _, d in pending if not isinstance(d, QuarantineRow)]
-            known = await self._known(conn, position, events)
-            changes = Changes()
-            projection = Projection(known, changes)
-            for raw, item in pending:
-                projection.fold(raw, item)
-            written = await self._store.write(conn, changes)
-        self._cache.keep(known, changes, written[self._stream])
-        self.applied += len(pending)
-        if changes.quarantine:
-            for q in changes.quarantine:
-                log.warning("quarantined %s seq %d (%s): %s", q.stream, q.seq, q.subject, q.reason)
+            written = await self._store.write(conn, fold.rows)
+        self._cache.keep(fold.known, fold.changes, written[self._stream])
+        self.applied += fold.count
+        self.written_ahead += fold is ahead
+        for q in fold.changes.quarantine:
+            log.warning("quarantined %s seq %d (%s): %s", q.stream, q.seq, q.subject, q.reason)
+
+    async def _fold(
+        self,
+        conn: AsyncConnection[Any],
+        position: Position,
+        cached: Known | None,
+        raws: list[RawMessage],
+        decoded: list[Decoded | QuarantineRow],
+        *,
+        ahead: Fold | None,
+    ) -> Fold | None:
+        """The batch folded onto ``position``: as folded ahead if still valid; None if no-op."""
+        if ahead is not None and cached is ahead.known:
+            if position.seq == ahead.after:
+                return ahead
+            cached = None  # folded onto by a batch that is not written: reload
+        pending = [(r, d) for r, d in zip(raws, decoded, strict=True) if r.seq > position.seq]
+        if not pending:
+            return None
+        if self._contiguous and pending[0][0].seq != position.seq + 1:
+            raise Gap(position.seq)
+        events = [d for _, d in pending if not isinstance(d, QuarantineRow)]
+        known = await self._known(conn, cached, events)
+        return await fold_sliced(known, position.seq, pending)
 
     async def _known(
-        self, conn: AsyncConnection[Any], position: Position, events: list[Decoded]
+        self, conn: AsyncConnection[Any], cached: Known | None, events: list[Decoded]
     ) -> Known:
         """What the batch folds onto: the cache, completed from Postgres, or all from Postgres."""
         jobs, batches, xfers = (
             job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
         )  # fmt: skip
-        known = self._cache.take(position)
-        if known is None:
+        if cached is None:
             return await self._store.load_known(conn, jobs, batches, xfers)
+        self._cache.trim(cached)
         await self._store.load_into(
-            conn, known, jobs - known.jobs.keys(), batches - known.batch_states.keys(),
-            xfers - known.xfer_states.keys(),
+            conn, cached, jobs - cached.jobs.keys(), batches - cached.batch_states.keys(),
+            xfers - cached.xfer_states.keys(),
         )  # fmt: skip
-        return known
+        return cached

@@ -7,13 +7,17 @@ is therefore read with :class:`~lodestream.eventlog.rawpull.RawPull`, which hand
 bytes. ``HB`` stays on :class:`~lodestream.eventlog.pull.PullConsumer`: the server's expiry
 markers are told from heartbeats by their headers.
 
-Both readers hand out :class:`RawMessage` batches and, after the caller's commit, ack the
-last batch they handed out with one ack of its last message (the live consumer is AckAll).
+Both readers hand out :class:`RawMessage` batches and, after the caller's commit, ack a
+batch with one ack of its last message (the live consumer is AckAll). The caller takes a
+batch's :meth:`~StreamReader.mark` when it is handed out and acks by it later: by then
+the next batch may have been handed out, and must not be acked with it.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+from nats.aio.msg import Msg
 
 from lodestream.eventlog.pull import PullConsumer, stream_seq
 from lodestream.eventlog.rawpull import Delivery, RawPull
@@ -28,8 +32,11 @@ class StreamReader(Protocol):
 
     async def fetch(self, batch: int, timeout: float) -> list[RawMessage]: ...  # noqa: ASYNC109 - as PullConsumer
 
-    async def ack_batch(self) -> None:
-        """Ack everything up to the last message of the last batch :meth:`fetch` handed out."""
+    def mark(self) -> object:
+        """The last message of the last batch :meth:`fetch` handed out, to :meth:`ack` later."""
+
+    async def ack(self, mark: object) -> None:
+        """Ack everything up to ``mark``."""
 
 
 def stream_reader(js: Any, stream: str, consumer: str) -> StreamReader:
@@ -73,9 +80,12 @@ class BytesReader:
         stream = self._stream
         return [RawMessage(stream, d.seq, d.subject, d.data) for d in deliveries]
 
-    async def ack_batch(self) -> None:
-        if self._last is not None:
-            await self._pull.ack(self._last)
+    def mark(self) -> object:
+        return self._last
+
+    async def ack(self, mark: object) -> None:
+        if isinstance(mark, Delivery):
+            await self._pull.ack(mark)
 
 
 class MessageReader:
@@ -100,6 +110,9 @@ class MessageReader:
         self._last = msgs[-1]
         return [raw_from_msg(self._stream, m) for m in msgs]
 
-    async def ack_batch(self) -> None:
-        if self._last is not None:
-            await self._last.ack()
+    def mark(self) -> object:
+        return self._last
+
+    async def ack(self, mark: object) -> None:
+        if mark is not None:
+            await cast(Msg, mark).ack()

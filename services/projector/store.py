@@ -25,6 +25,7 @@ from lodestream.services.projector.rows import (
     PROGRESS_COLUMNS,
     PROGRESS_COPY_TYPES,
     JobProgress,
+    QuarantineRow,
 )
 
 _OPS: Final[dict[str, LiteralString]] = {
@@ -141,6 +142,56 @@ class JsonbTextBinaryDumper(adapt.Dumper):
 
 
 @dataclass(frozen=True, slots=True)
+class Rows:
+    """What one batch writes: its changes as the values the COPYs and statements send.
+
+    :meth:`taken` makes the values at once. The live projector folds the next batch while
+    this one is written, onto the same job objects: values made lazily, during the COPY,
+    could hold that next batch's progress. The rebuild, which folds nothing meanwhile,
+    writes from :meth:`of`'s generators instead of holding a million tuples.
+    """
+
+    new_jobs: Iterable[tuple[Any, ...]]
+    progress: Iterable[tuple[Any, ...]]
+    job_events: Iterable[tuple[Any, ...]]
+    ops: Sequence[Op]
+    quarantine: Sequence[QuarantineRow]
+    last_seq: dict[str, int]
+    has_jobs: bool
+    has_progress: bool
+    has_job_events: bool
+
+    @classmethod
+    def of(cls, changes: Changes) -> Rows:
+        return cls(
+            new_jobs=(r.to_copy() for r in changes.new_jobs.values()),
+            progress=(p.to_copy() for p in changes.updated_jobs.values()),
+            job_events=(e.to_copy() for e in changes.job_events),
+            ops=changes.ops,
+            quarantine=changes.quarantine,
+            last_seq=changes.last_seq,
+            has_jobs=bool(changes.new_jobs),
+            has_progress=bool(changes.updated_jobs),
+            has_job_events=bool(changes.job_events),
+        )
+
+    @classmethod
+    def taken(cls, changes: Changes) -> Rows:
+        rows = cls.of(changes)
+        return cls(
+            new_jobs=list(rows.new_jobs),
+            progress=list(rows.progress),
+            job_events=list(rows.job_events),
+            ops=list(changes.ops),
+            quarantine=list(changes.quarantine),
+            last_seq=dict(changes.last_seq),
+            has_jobs=rows.has_jobs,
+            has_progress=rows.has_progress,
+            has_job_events=rows.has_job_events,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Position:
     """A stream's applied sequence, and which transaction last wrote it (the row's xmin).
 
@@ -245,12 +296,15 @@ class ProjectionStore:
                 progress = JobProgress.from_row(row)
                 known.jobs[progress.view.id] = progress
 
-    async def write(self, conn: AsyncConnection[Any], changes: Changes) -> dict[str, Position]:
+    async def write(
+        self, conn: AsyncConnection[Any], changes: Changes | Rows
+    ) -> dict[str, Position]:
         """Write ``changes``; return the positions written, each with this transaction's id."""
-        await self.write_jobs(conn, changes)
-        for op in changes.ops:
+        rows = changes if isinstance(changes, Rows) else Rows.of(changes)
+        await self.write_jobs(conn, rows)
+        for op in rows.ops:
             await self._execute(conn, op)
-        if changes.quarantine:
+        if rows.quarantine:
             async with conn.cursor() as cursor:
                 await cursor.executemany(
                     _q(
@@ -259,10 +313,10 @@ class ProjectionStore:
                         "ON CONFLICT DO NOTHING",
                         self.schema,
                     ),
-                    [(q.stream, q.seq, q.subject, q.reason, q.raw) for q in changes.quarantine],
+                    [(q.stream, q.seq, q.subject, q.reason, q.raw) for q in rows.quarantine],
                 )
         written: dict[str, Position] = {}
-        for stream, seq in changes.last_seq.items():
+        for stream, seq in rows.last_seq.items():
             cursor = await conn.execute(
                 _q(
                     "UPDATE {s}.projector_position SET seq = GREATEST(seq, %s), updated_at = now() "
@@ -276,14 +330,13 @@ class ProjectionStore:
                 written[stream] = Position(int(row[0]), int(row[1]))
         return written
 
-    async def write_jobs(self, conn: AsyncConnection[Any], changes: Changes) -> None:
+    async def write_jobs(self, conn: AsyncConnection[Any], changes: Changes | Rows) -> None:
+        rows = changes if isinstance(changes, Rows) else Rows.of(changes)
         cursor = conn.cursor()
-        if changes.new_jobs:
-            await self._copy(
-                cursor, self._table("jobs"), JOB_COLUMNS, JOB_COPY_TYPES,
-                (r.to_copy() for r in changes.new_jobs.values()),
-            )  # fmt: skip
-        if changes.updated_jobs:
+        if rows.has_jobs:
+            table = self._table("jobs")
+            await self._copy(cursor, table, JOB_COLUMNS, JOB_COPY_TYPES, rows.new_jobs)
+        if rows.has_progress:
             await conn.execute(
                 "CREATE TEMP TABLE IF NOT EXISTS job_progress "
                 "(id uuid, state text, lease_seq bigint, lease_session uuid, attempts int, "
@@ -292,7 +345,7 @@ class ProjectionStore:
             )
             await self._copy(
                 cursor, sql.Identifier("job_progress"), PROGRESS_COLUMNS, PROGRESS_COPY_TYPES,
-                (p.to_copy() for p in changes.updated_jobs.values()),
+                rows.progress,
             )  # fmt: skip
             assignments = sql.SQL(", ").join(
                 sql.SQL("{c} = p.{c}").format(c=sql.Identifier(c)) for c in PROGRESS_COLUMNS[1:]
@@ -302,10 +355,10 @@ class ProjectionStore:
                     s=sql.Identifier(self.schema), a=assignments
                 )
             )
-        if changes.job_events:
+        if rows.has_job_events:
             await self._copy(
                 cursor, self._table("job_events"), JOB_EVENT_COLUMNS, JOB_EVENT_COPY_TYPES,
-                (e.to_copy() for e in changes.job_events),
+                rows.job_events,
             )  # fmt: skip
         await cursor.close()
 

@@ -105,3 +105,88 @@ async def test_a_batch_postgres_refuses_is_retried_and_what_came_meanwhile_appli
             await conn.execute("ALTER TABLE rm.job_events_away RENAME TO job_events")
         await wait_for_position(database_url, last)
     await applied_once(js, database_url, 410)
+
+
+EVIL = 550
+
+# --- folding the next batch while one commits (services/projector/ahead.py) ---------------
+
+FAIL_ONCE = """
+CREATE SEQUENCE public.failed_once;
+CREATE FUNCTION public.fail_once() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    -- nextval is not rolled back with the transaction it fails: this fires once.
+    IF NEW.seq = {seq} AND nextval('public.failed_once') = 1 THEN
+        RAISE EXCEPTION 'injected failure at seq %', NEW.seq USING ERRCODE = '40001';
+    END IF;
+    RETURN NEW;
+END $$;
+CREATE TRIGGER fail_once BEFORE INSERT ON rm.job_events
+    FOR EACH ROW EXECUTE FUNCTION public.fail_once();
+"""
+
+
+async def test_batches_are_folded_ahead_while_the_one_before_commits(
+    js: JetStreamContext, database_url: str
+) -> None:
+    last = await append_jobs(js, 400, site=True)  # 2,001 events: five batches of 500
+    async with running_projector(js, database_url) as projector:
+        await wait_for_position(database_url, last)
+    # Nobody else wrote: everything folded ahead was written as folded.
+    assert projector.written_ahead == projector.folded_ahead >= 1
+    await applied_once(js, database_url, 400)
+
+
+async def test_a_batch_folded_onto_one_whose_commit_failed_is_folded_again(
+    js: JetStreamContext, database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=CONSUMER_LOG)
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        # In the second batch: the third is folded onto it while it commits, and fails.
+        await conn.execute(FAIL_ONCE.format(seq=750).encode())
+    last = await append_jobs(js, 400, site=True)
+    async with running_projector(js, database_url) as projector:
+        await wait_for_position(database_url, last)
+    await logged(caplog, "injected failure at seq 750")
+    # Thrown away: the failed batch's own fold ahead, and the third batch's, folded onto
+    # what the failed attempt left.
+    assert projector.folded_ahead - projector.written_ahead >= 2
+    await applied_once(js, database_url, 400)
+
+
+async def test_a_batch_folded_onto_one_postgres_refused_in_part_is_folded_again(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """The second batch creates a job Postgres refuses; the third, folded ahead onto the
+    second while it committed, moves that job on. Written as folded, the job's later events
+    would be rows of a job that does not exist; folded again, they are quarantined."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute("ALTER TABLE rm.jobs ADD CONSTRAINT refuse_evil CHECK (app <> 'evil')")
+    # Created at seq 552 (second batch), its first step at seq 1,452 (third batch).
+    created = [job_created(SITE, OWNER, app="evil" if n == EVIL else "good") for n in range(900)]
+    steps = [lifecycle(c) for c in created]
+    events: list[Event] = [site_registered(SITE, OWNER), *created]
+    for wave in zip(*steps, strict=True):  # each job's next step, wave by wave
+        events += wave
+    results = await EventLog(js).append_many([(e, None) for e in events])
+    last = max(r.seq for r in results if isinstance(r, Appended))
+    async with running_projector(js, database_url) as projector:
+        await wait_for_position(database_url, last)
+    evil = created[EVIL].aggregate_id
+    rows = await fetch_all(
+        database_url, "SELECT count(*) FROM rm.job_events WHERE job_id = %s", evil
+    )
+    assert rows == [(0,)]
+    reasons = await fetch_all(database_url, "SELECT reason FROM rm.quarantine ORDER BY seq")
+    assert len(reasons) == 1 + len(steps[EVIL])
+    assert "refuse_evil" in str(reasons[0][0])
+    assert all("unknown job" in str(r[0]) for r in reasons[1:])
+    assert projector.unstorable == 1
+    live = await table_digest(database_url)
+    assert (live["jobs"][0], live["job_events"][0]) == (899, 899 * 5)
+
+
+async def fetch_all(dsn: str, query: str, *params: object) -> list[tuple[object, ...]]:
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(query.encode(), params)
+        return await cursor.fetchall()
