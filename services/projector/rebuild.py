@@ -39,11 +39,12 @@ from lodestream.infra.postgres.tables import (
     metadata,
 )
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
+from lodestream.services.projector.ahead import SLICE
 from lodestream.services.projector.errors import RebuildError
 from lodestream.services.projector.messages import RawMessage, decode_message
 from lodestream.services.projector.projection import Changes, Known, Projection
 from lodestream.services.projector.reading import stream_reader
-from lodestream.services.projector.store import ProjectionStore
+from lodestream.services.projector.store import ProjectionStore, Rows
 
 log = logging.getLogger(__name__)
 STREAMS = (EVENTS_STREAM, HB_STREAM)
@@ -205,6 +206,10 @@ class Rebuild:
             positions=positions,
         )
 
+    async def _write(self, conn: AsyncConnection[Any], rows: Rows) -> None:
+        async with conn.transaction():
+            await self._store.write(conn, rows)
+
     async def _last_seq(self, stream: str) -> int:
         info = await self._js.stream_info(stream)
         return int(info.state.last_seq)
@@ -219,25 +224,44 @@ class Rebuild:
         *,
         keep_jobs: bool,
     ) -> int:
-        """Fold ``first..last`` of ``stream``; return the last sequence folded."""
+        """Fold ``first..last`` of ``stream``; return the last sequence folded.
+
+        Each batch is written while the next is folded (in slices, as the live projector
+        folds ahead: ahead.py), one transaction in flight. Its rows are taken before the
+        next fold starts, which moves the same job objects on.
+        """
         position = first - 1
         projection = Projection(self._known, changes)
-        async for raws in read_stream(self._js, stream, first, last, self._batch):
-            for raw in raws:
-                projection.fold(raw, decode_message(raw))
-            position = raws[-1].seq
-            self._events += len(raws)
-            self._quarantined += len(changes.quarantine)
-            # Flush what does not need the final job rows; keep jobs for one write at the end.
-            flush = Changes(
-                job_events=changes.job_events, ops=changes.ops, quarantine=changes.quarantine
-            )
-            if not keep_jobs:
-                flush.new_jobs, flush.updated_jobs = changes.new_jobs, changes.updated_jobs
-            async with conn.transaction():
-                await self._store.write(conn, flush)
-            changes.job_events, changes.ops, changes.quarantine = [], [], []
-            if not keep_jobs:
-                changes.new_jobs, changes.updated_jobs = {}, {}
+        writing: asyncio.Task[None] | None = None
+        try:
+            async for raws in read_stream(self._js, stream, first, last, self._batch):
+                for start in range(0, len(raws), SLICE):
+                    for raw in raws[start : start + SLICE]:
+                        projection.fold(raw, decode_message(raw))
+                    await asyncio.sleep(0)
+                position = raws[-1].seq
+                self._events += len(raws)
+                self._quarantined += len(changes.quarantine)
+                # Flush what does not need the final job rows; keep jobs for one write at
+                # the end.
+                flush = Changes(
+                    job_events=changes.job_events, ops=changes.ops, quarantine=changes.quarantine
+                )
+                if not keep_jobs:
+                    flush.new_jobs, flush.updated_jobs = changes.new_jobs, changes.updated_jobs
+                rows = Rows.taken(flush)
+                changes.job_events, changes.ops, changes.quarantine = [], [], []
+                if not keep_jobs:
+                    changes.new_jobs, changes.updated_jobs = {}, {}
+                if writing is not None:
+                    await writing
+                writing = asyncio.create_task(self._write(conn, rows))
+            if writing is not None:
+                await writing
+        finally:
+            if writing is not None and not writing.done():
+                writing.cancel()
+                with contextlib.suppress(BaseException):
+                    await writing
         log.info("rebuild: %s replayed up to %d", stream, position)
         return position
