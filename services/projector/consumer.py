@@ -365,7 +365,13 @@ class Projector:
 
     async def _connection(self) -> AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
-            self._conn = await AsyncConnection.connect(self._dsn)
+            conn = await AsyncConnection.connect(self._dsn)
+            try:
+                await self._store.prepare(conn, wait_for_wal=False)
+            except BaseException:
+                await conn.close()
+                raise
+            self._conn = conn
         return self._conn
 
     async def _apply_once(
@@ -377,9 +383,6 @@ class Projector:
     ) -> None:
         conn = await self._connection()
         async with conn.transaction():
-            # The read model is derived from the log: a commit lost in a crash is re-applied
-            # from NATS, so waiting for the WAL flush would buy nothing.
-            await conn.execute("SET LOCAL synchronous_commit = off")
             position = await self._store.lock(conn, self._stream)
             cached = self._cache.take(position)
             fold = await self._fold(conn, position, cached, raws, decoded, ahead=ahead)

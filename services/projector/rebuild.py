@@ -164,6 +164,7 @@ class Rebuild:
         positions = dict.fromkeys(STREAMS, 0)
         conn = await AsyncConnection.connect(self._dsn)
         try:
+            await self._store.prepare(conn)
             # Phase 1: bulk replay, every job kept in memory and written once at the end.
             bulk = Changes()
             for stream in STREAMS:

@@ -121,6 +121,15 @@ _OPS: Final[dict[str, LiteralString]] = {
 }
 
 
+# Each batch's progress columns are copied into this, then joined in one UPDATE of jobs.
+_PROGRESS_TABLE: Final = (
+    "CREATE TEMP TABLE IF NOT EXISTS job_progress "
+    "(id uuid, state text, lease_seq bigint, lease_session uuid, attempts int, "
+    "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
+    "stage_times jsonb) ON COMMIT DELETE ROWS"
+)
+
+
 class JsonbTextBinaryDumper(adapt.Dumper):
     """jsonb in binary COPY from the JSON text that ``rows.py`` serialised.
 
@@ -217,29 +226,41 @@ class ProjectionStore:
     def __init__(self, schema: str) -> None:
         self.schema = schema
 
+    @staticmethod
+    async def prepare(conn: AsyncConnection[Any], *, wait_for_wal: bool = True) -> None:
+        """Make ``conn`` ready to :meth:`write`: once per connection, not once per batch.
+
+        ``wait_for_wal=False`` is for the live projector: the read model is derived from the
+        log, and a commit lost in a crash is applied again from NATS, so waiting for the
+        WAL flush would buy nothing. Both settings outlive this transaction (it commits).
+        """
+        async with conn.transaction():
+            if not wait_for_wal:
+                await conn.execute("SET synchronous_commit = off")
+            await conn.execute(_PROGRESS_TABLE)
+
     async def lock_position(self, conn: AsyncConnection[Any], stream: str) -> int:
         """Lock and return the applied sequence of ``stream``; serialises projector writers."""
         return (await self.lock(conn, stream)).seq
 
     async def lock(self, conn: AsyncConnection[Any], stream: str) -> Position:
         """Lock the position row of ``stream``; return it with the transaction that wrote it."""
-        await conn.execute(
-            _q(
-                "INSERT INTO {s}.projector_position (stream, seq, updated_at) "
-                "VALUES (%s, 0, now()) ON CONFLICT (stream) DO NOTHING",
-                self.schema,
-            ),
-            (stream,),
+        select = _q(
+            "SELECT seq, xmin::text::bigint FROM {s}.projector_position "
+            "WHERE stream = %s FOR UPDATE",
+            self.schema,
         )
-        cursor = await conn.execute(
-            _q(
-                "SELECT seq, xmin::text::bigint FROM {s}.projector_position "
-                "WHERE stream = %s FOR UPDATE",
-                self.schema,
-            ),
-            (stream,),
-        )
-        row = await cursor.fetchone()
+        row = await (await conn.execute(select, (stream,))).fetchone()
+        if row is None:  # a stream's first batch ever
+            await conn.execute(
+                _q(
+                    "INSERT INTO {s}.projector_position (stream, seq, updated_at) "
+                    "VALUES (%s, 0, now()) ON CONFLICT (stream) DO NOTHING",
+                    self.schema,
+                ),
+                (stream,),
+            )
+            row = await (await conn.execute(select, (stream,))).fetchone()
         assert row is not None
         return Position(int(row[0]), int(row[1]))
 
@@ -337,12 +358,6 @@ class ProjectionStore:
             table = self._table("jobs")
             await self._copy(cursor, table, JOB_COLUMNS, JOB_COPY_TYPES, rows.new_jobs)
         if rows.has_progress:
-            await conn.execute(
-                "CREATE TEMP TABLE IF NOT EXISTS job_progress "
-                "(id uuid, state text, lease_seq bigint, lease_session uuid, attempts int, "
-                "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
-                "stage_times jsonb) ON COMMIT DELETE ROWS"
-            )
             await self._copy(
                 cursor, sql.Identifier("job_progress"), PROGRESS_COLUMNS, PROGRESS_COPY_TYPES,
                 rows.progress,
