@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from typing import Any
 
 import nats.errors
@@ -230,11 +231,7 @@ class Projector:
         known = base.known
         self._cache.trim(known)
         events = [d for d in decoded if not isinstance(d, QuarantineRow)]
-        missing = (
-            job_ids_to_load(events) - known.jobs.keys(),
-            batch_ids_to_load(events) - known.batch_states.keys(),
-            xfer_ids_to_load(events) - known.xfer_states.keys(),
-        )
+        missing = _missing(known, events)
         if any(ids & previous.named for ids in missing):
             return None
         if any(missing):
@@ -425,14 +422,24 @@ class Projector:
         self, conn: AsyncConnection[Any], cached: Known | None, events: list[Decoded]
     ) -> Known:
         """What the batch folds onto: the cache, completed from Postgres, or all from Postgres."""
-        jobs, batches, xfers = (
-            job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
-        )  # fmt: skip
         if cached is None:
-            return await self._store.load_known(conn, jobs, batches, xfers)
+            return await self._store.load_known(
+                conn, job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
+            )
         self._cache.trim(cached)
-        await self._store.load_into(
-            conn, cached, jobs - cached.jobs.keys(), batches - cached.batch_states.keys(),
-            xfers - cached.xfer_states.keys(),
-        )  # fmt: skip
+        await self._store.load_into(conn, cached, *_missing(cached, events))
         return cached
+
+
+def _missing(
+    known: Known, events: list[Decoded]
+) -> tuple[set[uuid.UUID], set[uuid.UUID], set[uuid.UUID]]:
+    """The jobs, batch jobs and transfers ``events`` name that ``known`` lacks."""
+    # Membership test by test, not ``ids - known.jobs.keys()``: a set minus a dict view
+    # walks the whole view, hashing every cached job's id (tens of thousands) per batch.
+    jobs, batches, xfers = known.jobs, known.batch_states, known.xfer_states
+    return (
+        {i for i in job_ids_to_load(events) if i not in jobs},
+        {i for i in batch_ids_to_load(events) if i not in batches},
+        {i for i in xfer_ids_to_load(events) if i not in xfers},
+    )
