@@ -118,6 +118,36 @@ async def test_redelivered_batch_is_a_no_op(js: JetStreamContext, database_url: 
     assert await table_digest(database_url) == before
 
 
+async def test_a_batch_finds_the_jobs_it_moves_on_by_key(database_url: str) -> None:
+    """Not by hashing every job: unguided, the planner takes the never-analysed progress
+    table for 430 rows and hash-joins it to all of jobs, a cost that grows with the table."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        await conn.execute(
+            "INSERT INTO rm.sites (name, id, owner, created_at, last_seq) "
+            "VALUES ('s', gen_random_uuid(), 'o', now(), 1)"
+        )
+        await conn.execute(
+            "INSERT INTO rm.jobs (id, site, owner, app, state, workdir, parameters, tags, data, "
+            "resources, transfers, parent_ids, attempts, created_seq, last_seq, created_at, "
+            "updated_at, stage_times) SELECT gen_random_uuid(), 's', 'o', 'a', 'CREATED', 'w', "
+            "'{}', '{}', '{}', '{}', '{}', '{}', 0, g, g, now(), now(), '{}' "
+            "FROM generate_series(1, 50000) g"
+        )
+        await conn.execute("ANALYZE rm.jobs")
+    store = ProjectionStore(READ_SCHEMA)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        await store.prepare(conn, wait_for_wal=False)
+        async with conn.transaction():
+            await conn.execute(
+                "INSERT INTO job_progress (id, state) SELECT id, state FROM rm.jobs LIMIT 30"
+            )
+            explain = psycopg.sql.SQL("EXPLAIN ") + store.progress_update()
+            plan = "\n".join(str(r[0]) for r in await (await conn.execute(explain)).fetchall())
+    assert "Index Scan using jobs_pkey" in plan, plan
+    assert "Hash" not in plan, plan
+    assert "Merge" not in plan, plan
+
+
 async def test_a_projector_folds_onto_what_another_writer_committed_not_its_cache(
     js: JetStreamContext, database_url: str
 ) -> None:
