@@ -31,9 +31,11 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
     projectors = [
         Projector(js, settings.database_url, stream=stream, durable=durable, store=store,
                   batch_size=cfg.batch_size, fetch_timeout_s=cfg.fetch_timeout_s,
-                  contiguous=contiguous)
-        for stream, durable, contiguous in (
-            (EVENTS_STREAM, cfg.durable, True), (HB_STREAM, f"{cfg.durable}-hb", False)
+                  contiguous=contiguous, linger_s=linger)
+        # Heartbeats come a few a second and their expiry markers should show at once.
+        for stream, durable, contiguous, linger in (
+            (EVENTS_STREAM, cfg.durable, True, cfg.linger_s),
+            (HB_STREAM, f"{cfg.durable}-hb", False, 0.0),
         )
     ]  # fmt: skip
     log.info("projector running (batch %d)", cfg.batch_size)

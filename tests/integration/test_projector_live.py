@@ -12,6 +12,7 @@ import logging
 import psycopg
 import pytest
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from lodestream.eventlog import Appended, EventLog
 from lodestream.schemas.envelope import Event
@@ -46,6 +47,13 @@ async def logged(caplog: pytest.LogCaptureFixture, text: str) -> None:
 async def delivered(js: JetStreamContext) -> int:
     """The last stream sequence the projector's durable sent."""
     return int((await js.consumer_info(EVENTS_STREAM, DURABLE)).delivered.stream_seq)
+
+
+async def has_delivered(js: JetStreamContext, seq: int) -> bool:
+    try:
+        return await delivered(js) >= seq
+    except NotFoundError:  # the projector has not made its durable yet
+        return False
 
 
 async def applied_once(js: JetStreamContext, dsn: str, jobs: int) -> None:
@@ -190,3 +198,18 @@ async def fetch_all(dsn: str, query: str, *params: object) -> list[tuple[object,
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         cursor = await conn.execute(query.encode(), params)
         return await cursor.fetchall()
+
+
+async def test_a_partial_batch_waits_the_linger_for_what_comes_next(
+    js: JetStreamContext, database_url: str
+) -> None:
+    log = EventLog(js)
+    first = (await log.append(site_registered(SITE, OWNER), expect=0)).seq
+    async with running_projector(js, database_url, linger_s=2.0) as projector:
+        async with asyncio.timeout(30):  # the first event is out, its batch lingering
+            while not await has_delivered(js, first):
+                await asyncio.sleep(0.01)
+        last = await append_jobs(js, 3)
+        await wait_for_position(database_url, last)
+    assert projector.batches == 1
+    assert projector.applied == last

@@ -42,10 +42,12 @@ async def wait_for_position(dsn: str, seq: int, timeout_s: float = 60.0) -> None
 
 
 @asynccontextmanager
-async def running_projector(js: JetStreamContext, dsn: str) -> AsyncIterator[Projector]:
+async def running_projector(
+    js: JetStreamContext, dsn: str, *, linger_s: float = 0.0
+) -> AsyncIterator[Projector]:
     projector = Projector(
         js, dsn, stream=EVENTS_STREAM, durable="projector", batch_size=500,
-        fetch_timeout_s=0.2, store=ProjectionStore(READ_SCHEMA),
+        fetch_timeout_s=0.2, store=ProjectionStore(READ_SCHEMA), linger_s=linger_s,
     )  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(projector.run(stop))
