@@ -42,6 +42,7 @@ __all__ = [
     "Appended",
     "EventLog",
     "Rejected",
+    "appended_seq",
     "headers_for",
 ]
 
@@ -162,17 +163,24 @@ class EventLog:
         """
         if conflict.actual is None:
             return None
-        try:
-            # The newest message on the event's own subject (its type, at its aggregate), asked
-            # by subject: a site may direct-get only its own subjects
-            # ($JS.API.DIRECT.GET.EVENTS.evt.<site>.>), never by sequence. Not the aggregate's
-            # newest: others may have appended after ours landed (the controller's next step).
-            stored = await self._js.get_msg(EVENTS_STREAM, subject=event.subject, direct=True)
-        except (APIError, NatsTimeoutError):
-            return None
-        if stored.seq is not None and (stored.headers or {}).get(H_MSG_ID) == str(event.id):
-            return Appended(event, stored.seq, duplicate=True)
+        seq = await appended_seq(self._js, event)
+        return Appended(event, seq, duplicate=True) if seq is not None else None
+
+
+async def appended_seq(js: JetStreamContext, event: Event) -> int | None:
+    """The stream sequence at which ``event`` itself was appended, if it is the newest
+    message on its subject (None if it is not, or the server cannot say now)."""
+    try:
+        # The newest message on the event's own subject (its type, at its aggregate), asked
+        # by subject: a site may direct-get only its own subjects
+        # ($JS.API.DIRECT.GET.EVENTS.evt.<site>.>), never by sequence. Not the aggregate's
+        # newest: others may have appended after ours landed (the controller's next step).
+        stored = await js.get_msg(EVENTS_STREAM, subject=event.subject, direct=True)
+    except (APIError, NatsTimeoutError):
         return None
+    if stored.seq is not None and (stored.headers or {}).get(H_MSG_ID) == str(event.id):
+        return int(stored.seq)
+    return None
 
 
 def _map_api_error(event: Event, expect: int | None, exc: APIError) -> EventLogError:

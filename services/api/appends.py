@@ -18,14 +18,12 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
 
 from lodestream.eventlog import Appended, ConflictError, EventLog
-from lodestream.eventlog.wire import H_MSG_ID, Outgoing
+from lodestream.eventlog.append import appended_seq
+from lodestream.eventlog.wire import Outgoing
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.api.errors import TooLarge
 
 
@@ -75,7 +73,7 @@ async def append_created(
         if isinstance(result, Appended):
             outcomes.append(Accepted(event.aggregate_id, result.seq, result.duplicate))
         elif isinstance(result.error, ConflictError):
-            seq = await first_append_of(js, event)
+            seq = await appended_seq(js, event)
             outcomes.append(
                 Accepted(event.aggregate_id, seq, duplicate=True)
                 if seq is not None
@@ -84,14 +82,3 @@ async def append_created(
         else:
             outcomes.append(Refused(event.aggregate_id, str(result.error), conflict=False))
     return outcomes
-
-
-async def first_append_of(js: JetStreamContext, event: Event) -> int | None:
-    """The stream sequence at which ``event`` itself was appended, if it is on its subject."""
-    try:
-        stored = await js.get_msg(EVENTS_STREAM, subject=event.subject, direct=True)
-    except (APIError, NatsTimeoutError):
-        return None
-    if stored.seq is not None and stored.headers and stored.headers.get(H_MSG_ID) == str(event.id):
-        return int(stored.seq)
-    return None

@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 
 from lodestream.eventlog import EventLog
+from lodestream.eventlog.append import appended_seq
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import uuid7
 from lodestream.schemas.resources import App, AppParameter, AppTransferSlot, JobSpec
-from lodestream.services.api.appends import first_append_of
 from tests.fixtures.api import ApiHarness
 
 SITE = "theta"
@@ -149,15 +149,15 @@ async def test_a_clash_the_read_model_has_not_seen_is_caught_by_the_log(
     assert await api.message_count() == count
 
 
-async def test_first_append_of_tells_a_retry_from_another_event(api: ApiHarness) -> None:
+async def test_appended_seq_tells_a_retry_from_another_event(api: ApiHarness) -> None:
     spec = JobSpec(site=SITE, app="sim", workdir="w")
     job_id = uuid7()
     mine = JobCreated.create(site=SITE, aggregate_id=job_id, actor="user:alice", data=spec)
     other = JobCreated.create(site=SITE, aggregate_id=job_id, actor="user:alice", data=spec)
     appended = await EventLog(api.js).append(mine, expect=0)
 
-    assert await first_append_of(api.js, mine) == appended.seq
-    assert await first_append_of(api.js, other) is None
+    assert await appended_seq(api.js, mine) == appended.seq
+    assert await appended_seq(api.js, other) is None
 
 
 async def test_wait_times_out_with_the_accepted_jobs(

@@ -25,6 +25,7 @@ from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lodestream.eventlog import ConflictError
+from lodestream.eventlog.append import appended_seq
 from lodestream.schemas.batch import FINAL_BATCH_STATES, next_batch_state, request_batch_job
 from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events import BatchJobDeletionRequested
@@ -94,7 +95,7 @@ async def request_pilot(
         appended = await ctx.log.append(event, expect=0)
         seq, duplicate = appended.seq, appended.duplicate
     except ConflictError as exc:
-        first = await appends.first_append_of(ctx.js, event)
+        first = await appended_seq(ctx.js, event)
         if first is None:
             raise Conflict(f"batch job {event.aggregate_id} exists") from exc
         seq, duplicate = first, True
