@@ -1,4 +1,5 @@
-"""The live projector loop: fetch a batch, fold it, commit rows + position, then ack.
+"""The live projector loop: fetch a batch, fold it (while the one before commits), commit
+rows + position, then ack.
 
 The consumer uses AckAll: one ack after the commit covers the whole batch.
 The committed position in Postgres, not the consumer's ack floor, says what
