@@ -53,9 +53,12 @@ def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
 
 def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the controller (DAG release, lease expiry and fencing) until SIGINT/SIGTERM."""
+    from lodestream.collector import tune_collector  # noqa: PLC0415
     from lodestream.services.controller.main import run  # noqa: PLC0415
 
-    aio.run(run(_settings(state_dir, "controller")))
+    settings = _settings(state_dir, "controller")
+    tune_collector()  # as python -m lodestream.services.controller does
+    aio.run(run(settings))
 
 
 @projector_app.command("run")
