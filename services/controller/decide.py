@@ -210,11 +210,17 @@ def on_session_expired(
     at: datetime,
     *,
     batch: str | None = None,
+    session_seq: int | None = 0,
 ) -> list[Append]:
     """Fence a dead session: unstarted leases expire, running jobs time out.
 
     ``batch`` is the batch job the session ran in, as the read model shows it (see
     ``ReadModel.session_batch``): the next link of a timed-out run's cause chain.
+    ``session_seq`` is the sequence of the session's newest event (0: it never opened),
+    on which ``session.expired`` is compare-and-set: a pilot opening or closing it
+    meanwhile wins, and the expiry is decided again. None: the session already ended
+    (closed by its pilot, whose last heartbeat then ages out as any does, or expired by an
+    earlier marker); only what it still holds is fenced.
     """
     cause = derived_id("hb-expired", site, str(session_id), str(marker_seq))
     appends: list[Append] = []
@@ -240,6 +246,8 @@ def on_session_expired(
                 causation_id=cause,
             )  # fmt: skip
         appends.append(Append(event, job.last_seq))
+    if session_seq is None:
+        return appends
     appends.append(
         Append(
             SessionExpired.create(
@@ -247,7 +255,7 @@ def on_session_expired(
                 data=SessionExpiredData(leases_expired=expired, runs_timed_out=timed_out),
                 event_id=_id(cause, "session.expired", session_id), causation_id=cause,
             ),
-            None,
+            session_seq,
         )
     )  # fmt: skip
     return appends

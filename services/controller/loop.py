@@ -451,9 +451,11 @@ class Controller:
             await self._reads.wait_for(int(info.state.last_seq))
             held = await self._reads.held_by(site, session_id)
             batch = await self._reads.session_batch(site, session_id) if held else None
+            session_seq = await self._reads.session_seq(site, session_id)
             appends = decide.on_session_expired(
-                site, session_id, marker_seq, held, datetime.now(UTC), batch=batch
-            )
+                site, session_id, marker_seq, held, datetime.now(UTC), batch=batch,
+                session_seq=session_seq,
+            )  # fmt: skip
             if not await self._append(appends):
                 return
         log.warning("session %s: leases still moving after 5 expiry rounds", session_id)

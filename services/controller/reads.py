@@ -72,6 +72,13 @@ _SESSION_BATCH: Final = Compiled.of(
         batch_jobs.c.site == bindparam("site"),
     )
 )  # fmt: skip
+# A session's newest event and whether it ended by one (closed_at is set by session.closed
+# and session.expired; an expiry marker folded from HB sets only the state).
+_SESSION_END: Final = Compiled.of(
+    select(sessions.c.last_seq, sessions.c.closed_at.is_not(None)).where(
+        sessions.c.id == bindparam("session"), sessions.c.site == bindparam("site")
+    )
+)
 _APPLIED: Final = Compiled.of(
     select(job_events.c.seq).where(job_events.c.seq == any_(bindparam("seqs")))
 )
@@ -243,6 +250,19 @@ class ReadModel:
         batch_id, scheduler, scheduler_id, state, scheduler_state = row
         return batch_cause(batch_id, scheduler=scheduler or "", scheduler_id=scheduler_id,
                            verdict=scheduler_state or state)  # fmt: skip
+
+    async def session_seq(self, site: str, session_id: uuid.UUID) -> int | None:
+        """The sequence of the session's newest event, 0 if it never opened, None if it ended
+        (see ``decide.on_session_expired``)."""
+        conn = await self._c()
+        cursor = await conn.execute(
+            _SESSION_END.sql, _SESSION_END.params(session=session_id, site=site)
+        )
+        row = await cursor.fetchone()
+        if row is None:
+            return 0
+        last_seq, ended = row
+        return None if ended else int(last_seq)
 
     async def applied(self, seqs: list[int]) -> set[int]:
         """Which of ``seqs`` the projector folded as job events (the rest it quarantined)."""

@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 from typing import Any
 
@@ -16,12 +16,22 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import ConflictError, EventLog
-from lodestream.schemas.events import Heartbeat, JobKilled, JobRunDone, JobStarted
+from lodestream.schemas.events import (
+    Heartbeat,
+    JobKilled,
+    JobRunDone,
+    JobStarted,
+    SessionClosed,
+    SessionOpened,
+)
 from lodestream.schemas.events.job import RunResultData, StartedData
+from lodestream.schemas.events.session import SessionClosedData, SessionOpenedData
+from lodestream.schemas.resources import NodeInfo
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM, heartbeat_subject
 from lodestream.services.controller import loop as loop_module
 from lodestream.services.controller.loop import Controller
 from tests.support.builders import job_created, site_registered
+from tests.support.processes import TEST_HEARTBEAT_TTL_S
 from tests.support.projection import running_projector, wait_for_position
 
 SITE, OWNER = "alpha", "ada"
@@ -276,6 +286,46 @@ async def test_dead_session_is_fenced_and_a_restart_re_emits_nothing(
     assert await history(database_url, created.aggregate_id) == [
         "job.created", "job.preprocessed", "job.started", "job.run_timed_out",
     ]  # fmt: skip
+
+
+async def test_a_closed_sessions_last_heartbeat_ageing_out_leaves_it_closed(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """A pilot that closes its session stops beating; its last heartbeat ages out as any
+    does. The marker that follows must not turn the closed session into an expired one."""
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    session = uuid.uuid4()
+    actor = f"launcher:{session}"
+    opened = SessionOpened.create(
+        site=SITE, aggregate_id=session, actor=actor,
+        data=SessionOpenedData(hostname="nid1", nodes=(NodeInfo(hostname="nid1", cores=4),),
+                               deadline=datetime.now(UTC) + timedelta(hours=1),
+                               heartbeat_ttl_s=TEST_HEARTBEAT_TTL_S),
+    )  # fmt: skip
+    opened_seq = (await log.append(opened, expect=0)).seq
+    heartbeat = Heartbeat(session_id=session, site=SITE, at=datetime.now(UTC))
+    await js.publish(
+        heartbeat_subject(SITE, session), orjson.dumps(heartbeat.model_dump(mode="json"))
+    )
+    closed = SessionClosed.create(
+        site=SITE, aggregate_id=session, actor=actor, data=SessionClosedData(reason="idle")
+    )
+    await log.append(closed, expect=opened_seq)
+    async with running_projector(js, database_url), running_controller(js, database_url):
+        async with asyncio.timeout(30):  # the heartbeat ages out: HB holds only its marker
+            while (await js.stream_info(HB_STREAM)).state.messages != 1 or (
+                await js.get_last_msg(HB_STREAM, heartbeat_subject(SITE, session))
+            ).data:
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(1.0)  # the controller's turn at the marker
+        last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+        await wait_for_position(database_url, last)
+    newest = await js.get_last_msg(EVENTS_STREAM, f"evt.{SITE}.session.{session}.>")
+    assert newest.subject == closed.subject
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute("SELECT state FROM rm.sessions WHERE id = %s", (session,))
+        assert await cursor.fetchall() == [("closed",)]
 
 
 async def test_a_job_the_projector_refuses_to_create_is_not_acted_on(

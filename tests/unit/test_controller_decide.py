@@ -405,7 +405,7 @@ def test_a_dead_sessions_running_jobs_time_out_and_its_leases_expire() -> None:
         ("job.run_timed_out", J1, 11),
         ("job.lease_expired", J2, 12),
         ("job.lease_expired", J3, 13),
-        ("session.expired", SESSION, None),
+        ("session.expired", SESSION, 0),  # never opened, as far as the read model knows
     ]
     reason = f"session {SESSION} heartbeat expired"
     spec = spec_for(NO_STEPS)
@@ -421,6 +421,23 @@ def test_a_dead_session_that_held_nothing_only_expires() -> None:
     (append,) = decide.on_session_expired(SITE, SESSION, 99, [], AT)
     assert isinstance(append.event, SessionExpired)
     assert append.event.data == SessionExpiredData()
+
+
+def test_a_sessions_expiry_is_compare_and_set_on_its_newest_event() -> None:
+    (append,) = decide.on_session_expired(SITE, SESSION, 99, [], AT, session_seq=41)
+    assert (append.event.type, append.expect) == ("session.expired", 41)
+
+
+def test_a_session_that_ended_is_not_expired_again_but_what_it_holds_is_fenced() -> None:
+    """A pilot that closed its session leaves its last heartbeat to age out like any: the
+    marker that follows must not turn the closed session into an expired one."""
+    assert decide.on_session_expired(SITE, SESSION, 99, [], AT, session_seq=None) == []
+    appends = decide.on_session_expired(SITE, SESSION, 99, HELD, AT, session_seq=None)
+    assert [a.event.type for a in appends] == [
+        "job.run_timed_out",
+        "job.lease_expired",
+        "job.lease_expired",
+    ]
 
 
 @pytest.mark.parametrize("state", [JobState.RUNNING, JobState.PREPROCESSED, JobState.RESTART_READY])
