@@ -41,7 +41,8 @@ JOB_COPY_TYPES = (
     "uuid[]", "int8", "uuid", "int4", "int4", "text", "int8", "int8", "timestamptz",
     "timestamptz", "jsonb",
 )  # fmt: skip
-PROGRESS_COPY_TYPES = (
+# The progress columns' types: the arrays a batch's progress rows are passed in (store.py).
+PROGRESS_TYPES = (
     "uuid", "text", "int8", "uuid", "int4", "int4", "text", "int8", "timestamptz", "jsonb",
 )  # fmt: skip
 JOB_EVENT_COPY_TYPES = (
