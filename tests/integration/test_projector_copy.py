@@ -132,9 +132,7 @@ async def test_job_rows_store_what_write_row_stored(database_url: str) -> None:
 
 async def test_progress_rows_store_what_write_row_stored(database_url: str) -> None:
     rows = progress_rows()
-    stored = await copy_both_ways(
-        database_url, "rm.jobs", PROGRESS_COLUMNS, PROGRESS_TYPES, rows
-    )
+    stored = await copy_both_ways(database_url, "rm.jobs", PROGRESS_COLUMNS, PROGRESS_TYPES, rows)
     json_columns = {PROGRESS_COLUMNS.index("stage_times")}
     assert by_first(stored) == by_first([as_stored(r, json_columns) for r in rows])
 
