@@ -18,7 +18,8 @@ from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.projector.consumer import Projector
 from lodestream.services.projector.messages import RawMessage
 from lodestream.services.projector.rebuild import Rebuild
-from lodestream.services.projector.store import ProjectionStore
+from lodestream.services.projector.rows import PROGRESS_COLUMNS
+from lodestream.services.projector.store import BY_KEY_MAX, ProjectionStore, Rows
 from tests.support.builders import (
     job_created,
     lifecycle,
@@ -119,9 +120,7 @@ async def test_redelivered_batch_is_a_no_op(js: JetStreamContext, database_url: 
     assert await table_digest(database_url) == before
 
 
-async def test_a_batch_finds_the_jobs_it_moves_on_by_key(database_url: str) -> None:
-    """Not by hashing every job, a cost that would grow with the table: the progress rows
-    are estimated at a few and each job is looked up by its key."""
+async def many_jobs(database_url: str, count: int) -> list[uuid.UUID]:
     async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
         await conn.execute(
             "INSERT INTO rm.sites (name, id, owner, created_at, last_seq) "
@@ -132,24 +131,56 @@ async def test_a_batch_finds_the_jobs_it_moves_on_by_key(database_url: str) -> N
             "resources, transfers, parent_ids, attempts, created_seq, last_seq, created_at, "
             "updated_at, stage_times) SELECT gen_random_uuid(), 's', 'o', 'a', 'CREATED', 'w', "
             "'{}', '{}', '{}', '{}', '{}', '{}', 0, g, g, now(), now(), '{}' "
-            "FROM generate_series(1, 50000) g"
+            "FROM generate_series(1, %s) g",
+            (count,),
         )
         await conn.execute("ANALYZE rm.jobs")
-        cursor = await conn.execute("SELECT id FROM rm.jobs LIMIT 30")
-        ids = [r[0] for r in await cursor.fetchall()]
-        now = datetime.now(UTC)
-        rows = [(i, "PREPROCESSED", None, None, 0, None, None, 2, now, "{}") for i in ids]
-        store = ProjectionStore(READ_SCHEMA)
-        columns = [list(c) for c in zip(*rows, strict=True)]
-        explain = psycopg.sql.SQL("EXPLAIN ") + store.progress_update()
-        cursor = await conn.execute(explain, columns)
-        plan = "\n".join(str(r[0]) for r in await cursor.fetchall())
-        assert "Index Scan using jobs_pkey" in plan, plan
-        assert "Hash" not in plan, plan
-        assert "Merge" not in plan, plan
-        await conn.execute(store.progress_update(), columns)
-        cursor = await conn.execute("SELECT count(*) FROM rm.jobs WHERE state = 'PREPROCESSED'")
-        assert await cursor.fetchall() == [(30,)]
+        cursor = await conn.execute("SELECT id FROM rm.jobs ORDER BY created_seq")
+        return [r[0] for r in await cursor.fetchall()]
+
+
+def progress_of(ids: list[uuid.UUID]) -> list[tuple[object, ...]]:
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    return [
+        (job, "RUNNING", n, uuid.uuid4() if n % 2 else None, n % 5, None if n % 3 else -n,
+         None if n % 2 else f"tab\tnewline\n\\N é {n}", n + 7, at,
+         '{"RUNNING": "2026-01-02T03:04:05+00:00"}')
+        for n, job in enumerate(ids)
+    ]  # fmt: skip
+
+
+async def test_a_batch_finds_the_jobs_it_moves_on_by_key(database_url: str) -> None:
+    """Not by hashing every job, a cost that would grow with the table: a live batch's
+    progress rows are estimated at a few and each job is looked up by its key."""
+    ids = await many_jobs(database_url, 50_000)
+    columns = [list(c) for c in zip(*progress_of(ids[:30]), strict=True)]
+    explain = psycopg.sql.SQL("EXPLAIN ") + ProjectionStore(READ_SCHEMA).progress_update()
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        plan = "\n".join(str(r[0]) for r in await (await conn.execute(explain, columns)).fetchall())
+    assert "Index Scan using jobs_pkey" in plan, plan
+    assert "Hash" not in plan, plan
+    assert "Merge" not in plan, plan
+
+
+async def test_few_and_many_jobs_moved_on_store_the_same_columns(database_url: str) -> None:
+    """A batch of a few jobs is written by key, one of many by a join: the same values."""
+    ids = await many_jobs(database_url, 1_000)
+    few, many = progress_of(ids[:BY_KEY_MAX]), progress_of(ids[BY_KEY_MAX:])
+    assert len(many) > BY_KEY_MAX
+    store = ProjectionStore(READ_SCHEMA)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        for progress in (few, many):
+            rows = Rows(
+                new_jobs=[], progress=progress, job_events=[], ops=[], quarantine=[],
+                last_seq={}, has_jobs=False, has_progress=True, has_job_events=False,
+            )  # fmt: skip
+            async with conn.transaction():
+                await store.write_jobs(conn, rows)
+        columns = ", ".join(PROGRESS_COLUMNS)
+        cursor = await conn.execute(f"SELECT {columns} FROM rm.jobs ORDER BY created_seq")
+        stored = await cursor.fetchall()
+    expected = [(*row[:-1], {"RUNNING": "2026-01-02T03:04:05+00:00"}) for row in few + many]
+    assert stored == expected
 
 
 async def test_a_projector_folds_onto_what_another_writer_committed_not_its_cache(
