@@ -12,10 +12,11 @@ check that it finds nothing.
 
 * :func:`collector_paused`, for a bounded piece of work (a replay, a rebuild);
 * :func:`tune_collector`, for a process that folds for ever (the live projector): reference
-  cycles made elsewhere in it are still collected, only less often. The other long-running
-  processes (controller, site agent, pilot) are tuned the same way: they too make a few
-  thousand short-lived objects per job, and in a pilot running no-op jobs the collector
-  took 2.7 % of its CPU (perf, lifecycle benchmark), most of it walking what start-up made.
+  cycles made elsewhere in it are still collected, only less often. Every long-running
+  process (projector, controller, site agent, pilot) is tuned so, by ``aio.run_service``:
+  they too make a few thousand short-lived objects per job, and in a pilot running no-op
+  jobs the collector took 2.7 % of its CPU (perf, lifecycle benchmark), most of it walking
+  what start-up made.
 """
 
 from __future__ import annotations

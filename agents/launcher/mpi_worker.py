@@ -180,9 +180,9 @@ def _rank0(channel: Channel, hosts: list[str], args: argparse.Namespace) -> tupl
     link.start()
     code = 1
     try:
-        report = aio.run(run(site, wall_time_min=args.wall_time_min, plan=pilot,
-                             batch_job_id=args.batch_job_id,
-                             filter_tags=args.filter_tags))  # fmt: skip
+        report = aio.run_service(run(site, wall_time_min=args.wall_time_min, plan=pilot,
+                                     batch_job_id=args.batch_job_id,
+                                     filter_tags=args.filter_tags))  # fmt: skip
         log.info("launcher done (%s): %d finished, %d errored, %d timed out, %d fenced",
                  report.exit_reason, report.finished, report.errored, report.timed_out,
                  report.fenced)  # fmt: skip

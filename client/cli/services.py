@@ -53,23 +53,17 @@ def migrate(state_dir: Path = STATE_DIR_OPTION) -> None:
 
 def controller(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the controller (DAG release, lease expiry and fencing) until SIGINT/SIGTERM."""
-    from lodestream.collector import tune_collector  # noqa: PLC0415
     from lodestream.services.controller.main import run  # noqa: PLC0415
 
-    settings = _settings(state_dir, "controller")
-    tune_collector()  # as python -m lodestream.services.controller does
-    aio.run(run(settings))
+    aio.run_service(run(_settings(state_dir, "controller")))
 
 
 @projector_app.command("run")
 def projector_run(state_dir: Path = STATE_DIR_OPTION) -> None:
     """Run the live projector until SIGINT/SIGTERM."""
-    from lodestream.collector import tune_collector  # noqa: PLC0415
     from lodestream.services.projector.main import run  # noqa: PLC0415
 
-    settings = _settings(state_dir, "projector")
-    tune_collector()  # as python -m lodestream.services.projector does
-    aio.run(run(settings))
+    aio.run_service(run(_settings(state_dir, "projector")))
 
 
 @projector_app.command("rebuild")

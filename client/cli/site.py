@@ -83,7 +83,6 @@ def site_start(
     )
     from lodestream.agents.site.main import run  # noqa: PLC0415
     from lodestream.agents.site.settings import SiteSettingsError, load_site_settings  # noqa: PLC0415
-    from lodestream.collector import tune_collector  # noqa: PLC0415
 
     try:
         settings = load_site_settings(directory)
@@ -101,9 +100,8 @@ def site_start(
         console.print(f"site agent started (pid {proc.pid}); log in {settings.log_dir}")
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    tune_collector()  # as every long-running service: see collector.py
     try:
-        aio.run(run(directory))
+        aio.run_service(run(directory))
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
@@ -251,7 +249,6 @@ def launcher(
         SiteSettingsError,
         load_site_settings,
     )
-    from lodestream.collector import tune_collector  # noqa: PLC0415
 
     modes: dict[str | None, JobMode | None] = {None: None, "serial": "serial", "mpi": "mpi"}
     if mode not in modes:
@@ -275,9 +272,8 @@ def launcher(
             code = run_workers(plan, site, wall_time_min=wall_time_min, batch_job_id=batch,
                                filter_tags=filter_tags, echo=echo)  # fmt: skip
             raise typer.Exit(code)
-        tune_collector()  # a pilot allocates per job for hours: see collector.py
-        report = aio.run(run(site, wall_time_min=wall_time_min, plan=plan, batch_job_id=batch,
-                             filter_tags=filter_tags))  # fmt: skip
+        report = aio.run_service(run(site, wall_time_min=wall_time_min, plan=plan,
+                                     batch_job_id=batch, filter_tags=filter_tags))  # fmt: skip
     except (AppError, SiteSettingsError, PilotRefused) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc

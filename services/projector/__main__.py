@@ -5,15 +5,13 @@ from __future__ import annotations
 import logging
 
 from lodestream import aio
-from lodestream.collector import tune_collector
 from lodestream.services.projector.main import run
 from lodestream.settings import Settings
 
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    tune_collector()  # the fold cache would be walked by a full collection every few batches
-    aio.run(run(Settings()))
+    aio.run_service(run(Settings()))
 
 
 if __name__ == "__main__":
