@@ -19,7 +19,7 @@ from lodestream.services.projector.messages import (
     RawMessage,
     decode_message,
 )
-from lodestream.services.projector.projection import Changes, Known, Projection
+from lodestream.services.projector.projection import LOADED_KINDS, Changes, Known, Projection
 from lodestream.services.projector.rows import QuarantineRow
 from lodestream.services.projector.store import Rows
 
@@ -66,15 +66,21 @@ async def fold_sliced(
     The rows are taken before anything else may fold onto the same job objects.
     """
     changes = Changes()
-    projection = Projection(known, changes)
+    await fold_into(Projection(known, changes), pending)
+    rows = Rows.taken(changes)
+    last = pending[-1][0].seq
+    return Fold(known, after, last, len(pending), changes, rows)
+
+
+async def fold_into(
+    projection: Projection, pending: list[tuple[RawMessage, Decoded | QuarantineRow]]
+) -> None:
+    """Fold ``pending`` with ``projection``, giving the event loop back between slices."""
     for start in range(0, len(pending), SLICE):
         for raw, item in pending[start : start + SLICE]:
             projection.fold(raw, item)
         if start + SLICE < len(pending):
             await asyncio.sleep(0)
-    rows = Rows.taken(changes)
-    last = pending[-1][0].seq
-    return Fold(known, after, last, len(pending), changes, rows)
 
 
 def named_ids(decoded: list[Decoded | QuarantineRow]) -> set[uuid.UUID]:
@@ -82,5 +88,5 @@ def named_ids(decoded: list[Decoded | QuarantineRow]) -> set[uuid.UUID]:
     return {
         d.event.aggregate_id
         for d in decoded
-        if isinstance(d, EventMessage) and d.event.kind in ("job", "batch", "xfer")
+        if isinstance(d, EventMessage) and d.event.kind in LOADED_KINDS
     }

@@ -100,6 +100,10 @@ class Changes:
         )
 
 
+# The aggregates a batch folds onto from earlier batches, and loads when they are not known.
+LOADED_KINDS = ("job", "batch", "xfer")
+
+
 def job_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
     return _ids_of_kind(decoded, "job")
 

@@ -39,9 +39,9 @@ from lodestream.infra.postgres.tables import (
     metadata,
 )
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
-from lodestream.services.projector.ahead import SLICE
+from lodestream.services.projector.ahead import decode_sliced, fold_into
 from lodestream.services.projector.errors import RebuildError
-from lodestream.services.projector.messages import RawMessage, decode_message
+from lodestream.services.projector.messages import RawMessage
 from lodestream.services.projector.projection import Changes, Known, Projection
 from lodestream.services.projector.reading import stream_reader
 from lodestream.services.projector.store import ProjectionStore, Rows
@@ -236,10 +236,8 @@ class Rebuild:
         writing: asyncio.Task[None] | None = None
         try:
             async for raws in read_stream(self._js, stream, first, last, self._batch):
-                for start in range(0, len(raws), SLICE):
-                    for raw in raws[start : start + SLICE]:
-                        projection.fold(raw, decode_message(raw))
-                    await asyncio.sleep(0)
+                decoded = await decode_sliced(raws)
+                await fold_into(projection, list(zip(raws, decoded, strict=True)))
                 position = raws[-1].seq
                 self._events += len(raws)
                 self._quarantined += len(changes.quarantine)

@@ -125,11 +125,15 @@ _OPS: Final[dict[str, LiteralString]] = {
 # one by a join (progress_join): see both.
 BY_KEY_MAX: Final = 256
 
-_PROGRESS_TABLE: Final = (
-    "CREATE TEMP TABLE IF NOT EXISTS job_progress "
-    "(id uuid, state text, lease_seq bigint, lease_session uuid, attempts int, "
-    "return_code int, last_error text, last_seq bigint, updated_at timestamptz, "
-    "stage_times jsonb) ON COMMIT DELETE ROWS"
+# Where a large batch's progress rows are copied (progress_join): the progress columns,
+# emptied at every commit.
+_PROGRESS_TABLE: Final = sql.SQL(
+    "CREATE TEMP TABLE IF NOT EXISTS job_progress ({columns}) ON COMMIT DELETE ROWS"
+).format(
+    columns=sql.SQL(", ").join(
+        sql.SQL("{c} {t}").format(c=sql.Identifier(c), t=sql.SQL(t))
+        for c, t in zip(PROGRESS_COLUMNS, PROGRESS_TYPES, strict=True)
+    )
 )
 
 
@@ -234,6 +238,9 @@ class ProjectionStore:
 
     def __init__(self, schema: str) -> None:
         self.schema = schema
+        # Composed once: every batch that moves jobs on runs one of them.
+        self.progress_update = self._progress_update()
+        self.progress_join = self._progress_join()
 
     @staticmethod
     async def prepare(conn: AsyncConnection[Any], *, wait_for_wal: bool = True) -> None:
@@ -370,14 +377,14 @@ class ProjectionStore:
             progress = list(rows.progress)
             if len(progress) <= BY_KEY_MAX:
                 columns = [list(column) for column in zip(*progress, strict=True)]
-                await conn.execute(self.progress_update(), columns)
+                await conn.execute(self.progress_update, columns)
             else:
                 await conn.execute(_PROGRESS_TABLE)
                 await self._copy(
                     cursor, sql.Identifier("job_progress"), PROGRESS_COLUMNS, PROGRESS_TYPES,
                     progress,
                 )  # fmt: skip
-                await conn.execute(self.progress_join())
+                await conn.execute(self.progress_join)
         if rows.has_job_events:
             await self._copy(
                 cursor, self._table("job_events"), JOB_EVENT_COLUMNS, JOB_EVENT_COPY_TYPES,
@@ -385,7 +392,7 @@ class ProjectionStore:
             )  # fmt: skip
         await cursor.close()
 
-    def progress_update(self) -> sql.Composed:
+    def _progress_update(self) -> sql.Composed:
         """The UPDATE of jobs from a few progress rows, one array per column, found by key.
 
         Unnested arrays are estimated at a few rows, so each job is looked up by its key.
@@ -403,7 +410,7 @@ class ProjectionStore:
             names=_columns(PROGRESS_COLUMNS),
         )  # fmt: skip
 
-    def progress_join(self) -> sql.Composed:
+    def _progress_join(self) -> sql.Composed:
         """The UPDATE of jobs from many progress rows, copied into ``job_progress``.
 
         Thousands of rows are better joined by hashing jobs than looked up one by one: on a

@@ -154,7 +154,7 @@ async def test_a_batch_finds_the_jobs_it_moves_on_by_key(database_url: str) -> N
     progress rows are estimated at a few and each job is looked up by its key."""
     ids = await many_jobs(database_url, 50_000)
     columns = [list(c) for c in zip(*progress_of(ids[:30]), strict=True)]
-    explain = psycopg.sql.SQL("EXPLAIN ") + ProjectionStore(READ_SCHEMA).progress_update()
+    explain = psycopg.sql.SQL("EXPLAIN ") + ProjectionStore(READ_SCHEMA).progress_update
     async with await psycopg.AsyncConnection.connect(database_url) as conn:
         plan = "\n".join(str(r[0]) for r in await (await conn.execute(explain, columns)).fetchall())
     assert "Index Scan using jobs_pkey" in plan, plan
