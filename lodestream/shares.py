@@ -19,6 +19,7 @@ Used by the analytics' split replay and by the projector's split rebuild.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import multiprocessing
 import os
@@ -191,6 +192,32 @@ class Shares(Generic[Task]):
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+async def send_all(pool: Shares[Task], chunks: Sequence[Any]) -> None:
+    """Send each share its chunk (none to a share whose chunk is empty), from threads: a
+    process busy with its last chunk delays neither the others nor the caller's loop, which
+    reads the next batch meanwhile. Each send is waited for, failed or not, before the
+    first failure goes on: none is left running."""
+    sent = await asyncio.gather(
+        *(asyncio.to_thread(pool.send, share, chunk) for share, chunk in enumerate(chunks)
+          if chunk),
+        return_exceptions=True,
+    )  # fmt: skip
+    for outcome in sent:
+        if isinstance(outcome, BaseException):
+            raise outcome
+
+
+def id_share(token: bytes, shares: int) -> int:
+    """The share (0 to ``shares`` - 1) of an aggregate id as a subject spells it: the same
+    in every process and every run (Python's ``hash`` of a string is salted per process)."""
+    try:
+        # The shared rule accepts only the canonical spelling of an id on a subject, so any
+        # reading of the token that is the same from one run to the next is enough.
+        return int(token.replace(b"-", b""), 16) % shares
+    except ValueError:  # no uuid: the shared rule refuses it wherever it goes
+        return 0
 
 
 def serve(

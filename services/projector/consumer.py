@@ -49,9 +49,7 @@ from lodestream.services.projector.cache import FoldCache
 from lodestream.services.projector.messages import Decoded, RawMessage, decode_message
 from lodestream.services.projector.projection import (
     Known,
-    batch_ids_to_load,
-    job_ids_to_load,
-    xfer_ids_to_load,
+    ids_to_load,
 )
 from lodestream.services.projector.reading import StreamReader, stream_reader
 from lodestream.services.projector.rows import QuarantineRow
@@ -447,9 +445,7 @@ class Projector:
     ) -> Known:
         """What the batch folds onto: the cache, completed from Postgres, or all from Postgres."""
         if cached is None:
-            return await self._store.load_known(
-                conn, job_ids_to_load(events), batch_ids_to_load(events), xfer_ids_to_load(events)
-            )
+            return await self._store.load_known(conn, *ids_to_load(events))
         self._cache.trim(cached)
         await self._store.load_into(conn, cached, *_missing(cached, events))
         return cached
@@ -461,9 +457,10 @@ def _missing(
     """The jobs, batch jobs and transfers ``events`` name that ``known`` lacks."""
     # Membership test by test, not ``ids - known.jobs.keys()``: a set minus a dict view
     # walks the whole view, hashing every cached job's id (tens of thousands) per batch.
+    job_ids, batch_ids, xfer_ids = ids_to_load(events)
     jobs, batches, xfers = known.jobs, known.batch_states, known.xfer_states
     return (
-        {i for i in job_ids_to_load(events) if i not in jobs},
-        {i for i in batch_ids_to_load(events) if i not in batches},
-        {i for i in xfer_ids_to_load(events) if i not in xfers},
+        {i for i in job_ids if i not in jobs},
+        {i for i in batch_ids if i not in batches},
+        {i for i in xfer_ids if i not in xfers},
     )

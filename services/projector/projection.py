@@ -104,19 +104,27 @@ class Changes:
 LOADED_KINDS = ("job", "batch", "xfer")
 
 
-def job_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
+def job_ids_to_load(decoded: Iterable[Decoded | QuarantineRow]) -> set[uuid.UUID]:
     return _ids_of_kind(decoded, "job")
 
 
-def batch_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
+def batch_ids_to_load(decoded: Iterable[Decoded | QuarantineRow]) -> set[uuid.UUID]:
     return _ids_of_kind(decoded, "batch")
 
 
-def xfer_ids_to_load(decoded: Iterable[Decoded]) -> set[uuid.UUID]:
+def xfer_ids_to_load(decoded: Iterable[Decoded | QuarantineRow]) -> set[uuid.UUID]:
     return _ids_of_kind(decoded, "xfer")
 
 
-def _ids_of_kind(decoded: Iterable[Decoded], kind: str) -> set[uuid.UUID]:
+def ids_to_load(
+    decoded: Iterable[Decoded | QuarantineRow],
+) -> tuple[set[uuid.UUID], set[uuid.UUID], set[uuid.UUID]]:
+    """The jobs, batch jobs and transfers a batch names: what it loads when nothing is held."""
+    decoded = list(decoded)
+    return job_ids_to_load(decoded), batch_ids_to_load(decoded), xfer_ids_to_load(decoded)
+
+
+def _ids_of_kind(decoded: Iterable[Decoded | QuarantineRow], kind: str) -> set[uuid.UUID]:
     return {m.event.aggregate_id for m in decoded
             if isinstance(m, EventMessage) and m.event.kind == kind}  # fmt: skip
 

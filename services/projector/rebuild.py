@@ -4,11 +4,14 @@
    schema translated), so index and constraint names match the migrations.
 2. Replay EVENTS then HB from sequence 1 with an ephemeral no-ack consumer
    (EVENTS read as bytes, see reading.py), holding every job in memory so
-   each job row is written once; then build the indexes other than the keys,
-   once, over the loaded rows.
+   each job row is written once (bulk.py); then build the indexes other than
+   the keys, once, over the loaded rows. A long EVENTS is folded by several
+   processes, each job's events by one of them (split.py).
 3. Lock the live projector's position rows (the live projector waits),
-   replay what arrived meanwhile, and in the same transaction rename
-   ``rm`` away, ``rm_rebuild`` to ``rm`` and drop the old schema.
+   replay what arrived meanwhile onto the rebuilt tables, as the live
+   projector folds (each batch onto the rows it names, read back), and in the
+   same transaction rename ``rm`` away, ``rm_rebuild`` to ``rm`` and drop the
+   old schema.
 
 Readers see the old tables until the commit and the new ones after it.
 """
@@ -32,6 +35,7 @@ from sqlalchemy import create_engine
 from sqlalchemy.schema import CreateIndex, CreateTable
 
 from lodestream.collector import collector_paused
+from lodestream.eventlog.rawpull import RawPull, Wire
 from lodestream.infra.postgres.tables import (
     READ_MODEL_TABLES,
     READ_SCHEMA,
@@ -40,14 +44,24 @@ from lodestream.infra.postgres.tables import (
 )
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
 from lodestream.services.projector.ahead import decode_sliced, fold_into
+from lodestream.services.projector.bulk import BulkFold, raws_of
 from lodestream.services.projector.errors import RebuildError
 from lodestream.services.projector.messages import RawMessage
-from lodestream.services.projector.projection import Changes, Known, Projection
+from lodestream.services.projector.projection import Changes, Projection, ids_to_load
 from lodestream.services.projector.reading import stream_reader
+from lodestream.services.projector.split import (
+    ShareDone,
+    ShareTask,
+    deal,
+    default_workers,
+    shares_for,
+)
 from lodestream.services.projector.store import ProjectionStore, Rows
+from lodestream.shares import send_all
 
 log = logging.getLogger(__name__)
 STREAMS = (EVENTS_STREAM, HB_STREAM)
+FETCH_TIMEOUT_S = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +116,14 @@ def index_rebuild_schema(dsn: str) -> None:
         engine.dispose()
 
 
-async def read_stream(
-    js: JetStreamContext, stream: str, first: int, last: int, batch: int
-) -> AsyncIterator[list[RawMessage]]:
-    """Yield batches of ``stream`` messages with ``first <= seq <= last``."""
-    if last < first:
-        return
+@contextlib.asynccontextmanager
+async def ephemeral_consumer(
+    js: JetStreamContext, stream: str, first: int
+) -> AsyncIterator[tuple[str, int]]:
+    """A no-ack consumer of ``stream`` from sequence ``first``: its name, and how many
+    messages it holds; deleted on the way out."""
     name = f"rebuild-{uuid.uuid4().hex[:12]}"
-    await js.add_consumer(
+    info = await js.add_consumer(
         stream,
         ConsumerConfig(
             name=name,
@@ -117,39 +131,81 @@ async def read_stream(
             deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
             opt_start_seq=first,
             inactive_threshold=30.0,
-            max_waiting=2,  # the EVENTS reader asks for the next batch while one is folded
+            max_waiting=2,  # the reader asks for the next batch while one is folded
         ),
     )
-    reader = stream_reader(js, stream, name)
-    await reader.start()
     try:
-        seen = first - 1
-        while seen < last:
-            fetched = await reader.fetch(batch, timeout=2.0)
-            if fetched and not any(r.seq <= last for r in fetched):
-                return  # past the end we were asked for
-            raws = [r for r in fetched if r.seq <= last]
-            if raws:
-                seen = raws[-1].seq
-                yield raws
-            elif (await js.consumer_info(stream, name)).num_pending == 0:
-                # Nothing left to deliver although ``last`` was not reached: the rest aged
-                # out (HB keeps heartbeats and markers only so long), so there is no more.
-                return
+        yield name, info.num_pending or 0
     finally:
-        await reader.stop()
         with contextlib.suppress(NotFoundError):
             await js.delete_consumer(stream, name)
 
 
+async def read_stream(
+    js: JetStreamContext, stream: str, first: int, last: int, batch: int
+) -> AsyncIterator[list[RawMessage]]:
+    """Yield batches of ``stream`` messages with ``first <= seq <= last``."""
+    if last < first:
+        return
+    async with ephemeral_consumer(js, stream, first) as (name, _):
+        reader = stream_reader(js, stream, name)
+        await reader.start()
+        try:
+            seen = first - 1
+            while seen < last:
+                fetched = await reader.fetch(batch, timeout=FETCH_TIMEOUT_S)
+                if fetched and not any(r.seq <= last for r in fetched):
+                    return  # past the end we were asked for
+                raws = [r for r in fetched if r.seq <= last]
+                if raws:
+                    seen = raws[-1].seq
+                    yield raws
+                elif (await js.consumer_info(stream, name)).num_pending == 0:
+                    # Nothing left to deliver although ``last`` was not reached: the rest aged
+                    # out (HB keeps heartbeats and markers only so long), so there is no more.
+                    return
+        finally:
+            await reader.stop()
+
+
+async def read_wires(js: JetStreamContext, last: int, batch: int) -> AsyncIterator[list[Wire]]:
+    """``EVENTS`` from sequence 1 to ``last`` as the wire gave the messages, nothing of them
+    parsed (the last batch may hold some past ``last``: :func:`raws_of` drops them)."""
+    if last < 1:
+        return
+    async with ephemeral_consumer(js, EVENTS_STREAM, 1) as (name, held):
+        pending = held
+        pull = await RawPull.on(js, EVENTS_STREAM, name).start()
+        try:
+            while pending:
+                wires = await pull.fetch_wire(batch, timeout=FETCH_TIMEOUT_S)
+                if wires:
+                    yield wires
+                at = pull.position
+                if at is not None:
+                    pending = 0 if at.seq >= last else at.pending
+                elif not wires:
+                    pending = (await js.consumer_info(EVENTS_STREAM, name)).num_pending
+        finally:
+            await pull.stop()
+
+
 class Rebuild:
-    def __init__(self, js: JetStreamContext, dsn: str, *, batch_size: int = 5000) -> None:
+    """``workers``: how many processes fold ``EVENTS`` (1: this one alone); None chooses
+    by the machine's cores and the log's length (:func:`split.default_workers`)."""
+
+    def __init__(
+        self, js: JetStreamContext, dsn: str, *, batch_size: int = 5000, workers: int | None = None
+    ) -> None:
+        if workers is not None and workers < 1:
+            raise ValueError(f"a rebuild needs at least one worker, got {workers}")
         self._js = js
         self._dsn = dsn
         self._batch = batch_size
+        self._workers = workers
         self._store = ProjectionStore(REBUILD_SCHEMA)
-        self._known = Known()
         self._events = 0
+        self._jobs = 0
         self._quarantined = 0
 
     async def run(self) -> RebuildReport:
@@ -163,15 +219,25 @@ class Rebuild:
         create_rebuild_schema(self._dsn)
         positions = dict.fromkeys(STREAMS, 0)
         conn = await AsyncConnection.connect(self._dsn)
+        own = BulkFold(self._store)
         try:
             await self._store.prepare(conn)
             # Phase 1: bulk replay, every job kept in memory and written once at the end.
-            bulk = Changes()
-            for stream in STREAMS:
-                last = await self._last_seq(stream)
-                positions[stream] = await self._replay(conn, stream, 1, last, bulk, keep_jobs=True)
-            async with conn.transaction():
-                await self._store.write_jobs(conn, Changes(new_jobs=bulk.new_jobs))
+            positions[EVENTS_STREAM] = await self._last_seq(EVENTS_STREAM)
+            shares = await self._replay_events(conn, own, positions[EVENTS_STREAM])
+            log.info("rebuild: %s replayed up to %d", EVENTS_STREAM, positions[EVENTS_STREAM])
+            positions[HB_STREAM] = await self._last_seq(HB_STREAM)
+            async for raws in read_stream(
+                self._js, HB_STREAM, 1, positions[HB_STREAM], self._batch
+            ):
+                await own.take(conn, raws)
+            log.info("rebuild: %s replayed up to %d", HB_STREAM, positions[HB_STREAM])
+            await own.finish(conn)
+            parts: list[BulkFold | ShareDone] = [own, *shares]
+            for part in parts:
+                self._events += part.events
+                self._jobs += part.jobs
+                self._quarantined += part.quarantined
             await asyncio.to_thread(index_rebuild_schema, self._dsn)
             # Phase 2: stop the live projector at a batch boundary, catch up, swap.
             async with conn.transaction():
@@ -180,8 +246,8 @@ class Rebuild:
                     await live.lock_position(conn, stream)
                 for stream in STREAMS:
                     last = await self._last_seq(stream)
-                    positions[stream] = await self._replay(
-                        conn, stream, positions[stream] + 1, last, Changes(), keep_jobs=False
+                    positions[stream] = await self._catch_up(
+                        conn, stream, positions[stream] + 1, last, positions[stream]
                     )
                 for stream, seq in positions.items():
                     await conn.execute(
@@ -198,69 +264,61 @@ class Rebuild:
         except Exception as exc:
             raise RebuildError(f"rebuild failed, live tables untouched: {exc}") from exc
         finally:
+            await own.abandon()
             await conn.close()
         return RebuildReport(
             events=self._events,
-            jobs=len(self._known.jobs),
+            jobs=self._jobs,
             quarantined=self._quarantined,
             seconds=time.perf_counter() - started,
             positions=positions,
         )
 
-    async def _write(self, conn: AsyncConnection[Any], rows: Rows) -> None:
-        async with conn.transaction():
-            await self._store.write(conn, rows)
-
     async def _last_seq(self, stream: str) -> int:
         info = await self._js.stream_info(stream)
         return int(info.state.last_seq)
 
-    async def _replay(
-        self,
-        conn: AsyncConnection[Any],
-        stream: str,
-        first: int,
-        last: int,
-        changes: Changes,
-        *,
-        keep_jobs: bool,
-    ) -> int:
-        """Fold ``first..last`` of ``stream``; return the last sequence folded.
-
-        Each batch is written while the next is folded (in slices, as the live projector
-        folds ahead: ahead.py), one transaction in flight. Its rows are taken before the
-        next fold starts, which moves the same job objects on.
-        """
-        position = first - 1
-        projection = Projection(self._known, changes)
-        writing: asyncio.Task[None] | None = None
+    async def _replay_events(
+        self, conn: AsyncConnection[Any], own: BulkFold, last: int
+    ) -> list[ShareDone]:
+        """Fold ``EVENTS`` up to ``last``: here, or split across processes by job (each
+        writes its jobs before it reports); return what those processes folded."""
+        count = self._workers if self._workers is not None else default_workers(last)
+        if count == 1:
+            async for wires in read_wires(self._js, last, self._batch):
+                await own.take(conn, raws_of(wires, last))
+            return []
+        pool = shares_for([ShareTask(self._dsn, last, share, count) for share in range(count)])
         try:
-            async for raws in read_stream(self._js, stream, first, last, self._batch):
-                decoded = await decode_sliced(raws)
-                await fold_into(projection, list(zip(raws, decoded, strict=True)))
-                position = raws[-1].seq
-                self._events += len(raws)
-                self._quarantined += len(changes.quarantine)
-                # Flush what does not need the final job rows; keep jobs for one write at
-                # the end.
-                flush = Changes(
-                    job_events=changes.job_events, ops=changes.ops, quarantine=changes.quarantine
-                )
-                if not keep_jobs:
-                    flush.new_jobs, flush.updated_jobs = changes.new_jobs, changes.updated_jobs
-                rows = Rows.taken(flush)
-                changes.job_events, changes.ops, changes.quarantine = [], [], []
-                if not keep_jobs:
-                    changes.new_jobs, changes.updated_jobs = {}, {}
-                if writing is not None:
-                    await writing
-                writing = asyncio.create_task(self._write(conn, rows))
-            if writing is not None:
-                await writing
+            pool.start()
+            async for wires in read_wires(self._js, last, self._batch):
+                kept, dealt = deal(wires, count)
+                sending = asyncio.ensure_future(send_all(pool, dealt))
+                try:
+                    await own.take(conn, raws_of(kept, last))
+                finally:
+                    await sending
+            await asyncio.to_thread(pool.finish)
+            done: list[ShareDone] = await asyncio.to_thread(pool.collect)
         finally:
-            if writing is not None and not writing.done():
-                writing.cancel()
-                with contextlib.suppress(BaseException):
-                    await writing
-        log.info("rebuild: %s replayed up to %d", stream, position)
+            await asyncio.to_thread(pool.stop)
+        return done
+
+    async def _catch_up(
+        self, conn: AsyncConnection[Any], stream: str, first: int, last: int, position: int
+    ) -> int:
+        """Fold ``first..last`` of ``stream`` onto the rebuilt tables, each batch onto the rows
+        it names (read back, as the live projector reads what it does not hold); return the
+        last sequence folded (``position`` if none)."""
+        async for raws in read_stream(self._js, stream, first, last, self._batch):
+            decoded = await decode_sliced(raws)
+            known = await self._store.load_known(conn, *ids_to_load(decoded))
+            changes = Changes()
+            await fold_into(Projection(known, changes), list(zip(raws, decoded, strict=True)))
+            await self._store.write(conn, Rows.of(changes))
+            self._events += len(raws)
+            self._jobs += len(changes.new_jobs)
+            self._quarantined += len(changes.quarantine)
+            position = raws[-1].seq
+        log.info("rebuild: %s caught up to %d", stream, position)
         return position

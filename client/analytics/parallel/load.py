@@ -26,7 +26,7 @@ from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import range_wires, stream_span
 from lodestream.client.analytics.summary import Loaded
 from lodestream.collector import collector_paused
-from lodestream.eventlog.rawpull import Wire
+from lodestream.shares import send_all
 
 # Since the range is read once (here) and the parts come back packed, a second process no
 # longer adds a second read of the range for the server and the client. On a 2-core machine
@@ -98,7 +98,7 @@ async def replay_range(nc: Client, selection: Selection, last: int, shares: int)
     try:
         pool.start()
         async for wires in range_wires(nc, selection, last):
-            await _send(pool, split_wires(wires, shares))
+            await send_all(pool, split_wires(wires, shares))
         await asyncio.to_thread(pool.finish)
         with collector_paused():  # unpickling the parts builds as much as the replay did
             loaded = merge_parts(await asyncio.to_thread(pool.collect), selection)
@@ -107,17 +107,3 @@ async def replay_range(nc: Client, selection: Selection, last: int, shares: int)
     for refusal in loaded.intake.listed:  # the shares were told not to: what one replay logs
         log_refusal(refusal)
     return loaded
-
-
-async def _send(pool: Shares, chunks: list[list[Wire]]) -> None:
-    # Sent from threads, one per share, so that a process busy with its last chunk delays
-    # neither the others nor this loop, which reads the next batch meanwhile. Each send is
-    # waited for, failed or not, before the first failure goes on: none is left running.
-    sent = await asyncio.gather(
-        *(asyncio.to_thread(pool.send, share, chunk) for share, chunk in enumerate(chunks)
-          if chunk),
-        return_exceptions=True,
-    )  # fmt: skip
-    for outcome in sent:
-        if isinstance(outcome, BaseException):
-            raise outcome

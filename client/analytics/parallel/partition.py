@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from lodestream.eventlog.rawpull import Wire
+from lodestream.shares import id_share
 
 AGGREGATE_KINDS: Final = frozenset({"job", "session", "batch"})
 """The kinds of aggregate the fold keeps a record of, each folded whole in one share."""
@@ -35,16 +36,7 @@ def wire_share_of(subject: bytes, shares: int) -> int:
     parts = subject.split(b".", 4)
     if len(parts) != 5 or parts[2] not in _KINDS_WIRE:
         return 0
-    return _id_share(parts[3], shares)
-
-
-def _id_share(token: bytes, shares: int) -> int:
-    try:
-        # The shared rule accepts only the canonical spelling of the id on a subject, so
-        # any reading of the token that is the same from one run to the next is enough.
-        return int(token.replace(b"-", b""), 16) % shares
-    except ValueError:
-        return 0
+    return id_share(parts[3], shares)
 
 
 def split_wires(wires: Iterable[Wire], shares: int) -> list[list[Wire]]:
@@ -63,7 +55,7 @@ def split_wires(wires: Iterable[Wire], shares: int) -> list[list[Wire]]:
             token = tokens[3]
             found = known.get(token)
             if found is None:
-                found = known[token] = _id_share(token, shares)
+                found = known[token] = id_share(token, shares)
             share = found
         parts[share].append(wire)
     return parts
