@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import multiprocessing
 import os
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -161,11 +162,16 @@ def cpu_snapshot(pids: Mapping[str, int]) -> dict[str, float]:
         snapshot["postgres"] = _cpu_s(postmaster, reaped=True) + sum(
             _cpu_s(child) for child in _children(postmaster)
         )
-    snapshot["bench"] = _cpu_s(os.getpid())
+    me = os.getpid()
+    snapshot["bench"] = _cpu_s(me)
+    # The processes this one spawned to split work (a rebuild's), running or reaped.
+    spawned = sum(_cpu_s(p.pid or 0) for p in multiprocessing.active_children())
+    snapshot[SPAWNED] = _cpu_s(me, reaped=True) - snapshot["bench"] + spawned
     snapshot[MACHINE] = _machine_busy_s()
     return snapshot
 
 
+SPAWNED = "bench's spawned processes"
 MACHINE = "machine (all processes)"
 OTHERS = "others (not this stack)"
 

@@ -45,10 +45,10 @@ async def run(settings: Settings, stop: asyncio.Event | None = None) -> None:
         await nc.drain()
 
 
-async def rebuild(settings: Settings) -> RebuildReport:
+async def rebuild(settings: Settings, *, workers: int | None = None) -> RebuildReport:
     nc = await connect(settings.nats_settings().model_copy(update={"name": "lode-rebuild"}))
     try:
-        return await Rebuild(jetstream(nc), settings.database_url).run()
+        return await Rebuild(jetstream(nc), settings.database_url, workers=workers).run()
     finally:
         await nc.close()
 

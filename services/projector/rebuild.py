@@ -66,6 +66,7 @@ FETCH_TIMEOUT_S = 2.0
 
 @dataclass(frozen=True, slots=True)
 class RebuildReport:
+    workers: int  # the processes that folded EVENTS (1: the rebuilding process alone)
     events: int
     jobs: int
     quarantined: int
@@ -204,6 +205,7 @@ class Rebuild:
         self._batch = batch_size
         self._workers = workers
         self._store = ProjectionStore(REBUILD_SCHEMA)
+        self._used = 1
         self._events = 0
         self._jobs = 0
         self._quarantined = 0
@@ -239,6 +241,7 @@ class Rebuild:
                 self._jobs += part.jobs
                 self._quarantined += part.quarantined
             await asyncio.to_thread(index_rebuild_schema, self._dsn)
+            log.info("rebuild: indexes built")
             # Phase 2: stop the live projector at a batch boundary, catch up, swap.
             async with conn.transaction():
                 live = ProjectionStore(READ_SCHEMA)
@@ -267,6 +270,7 @@ class Rebuild:
             await own.abandon()
             await conn.close()
         return RebuildReport(
+            workers=self._used,
             events=self._events,
             jobs=self._jobs,
             quarantined=self._quarantined,
@@ -284,6 +288,7 @@ class Rebuild:
         """Fold ``EVENTS`` up to ``last``: here, or split across processes by job (each
         writes its jobs before it reports); return what those processes folded."""
         count = self._workers if self._workers is not None else default_workers(last)
+        self._used = count
         if count == 1:
             async for wires in read_wires(self._js, last, self._batch):
                 await own.take(conn, raws_of(wires, last))
