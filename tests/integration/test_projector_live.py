@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import psycopg
 import pytest
@@ -15,10 +16,15 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from lodestream.eventlog import Appended, EventLog
+from lodestream.eventlog.errors import ReadError
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.projector import consumer
 from lodestream.services.projector.consumer import position_consumer
+from lodestream.services.projector.messages import RawMessage
+from lodestream.services.projector.reading import StreamReader, stream_reader
 from lodestream.services.projector.rebuild import Rebuild
+from lodestream.services.projector.store import ProjectionStore
 from tests.support.builders import job_created, lifecycle, site_registered
 from tests.support.projection import running_projector, table_digest, wait_for_position
 
@@ -213,3 +219,92 @@ async def test_a_partial_batch_waits_the_linger_for_what_comes_next(
         await wait_for_position(database_url, last)
     assert projector.batches == 1
     assert projector.applied == last
+
+
+# --- the fallbacks that only log: a fold ahead whose read fails, a linger whose fetch fails -
+
+
+async def append_in_waves(js: JetStreamContext, jobs: int) -> tuple[int, int]:
+    """``jobs`` jobs created (after the site), then their lifecycles step by step, every job's
+    first step before any job's second: the last sequence of each part."""
+    created = [job_created(SITE, OWNER) for _ in range(jobs)]
+    log = EventLog(js)
+
+    async def append(events: list[Event]) -> int:
+        results = await log.append_many([(e, None) for e in events])
+        assert all(isinstance(r, Appended) for r in results)
+        return max(r.seq for r in results if isinstance(r, Appended))
+
+    first = await append([site_registered(SITE, OWNER), *created])
+    steps = [lifecycle(c) for c in created]
+    return first, await append([s[wave] for wave in range(4) for s in steps])
+
+
+async def test_a_fold_ahead_whose_read_fails_is_folded_after_the_commit_before_it(
+    js: JetStreamContext,
+    database_url: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The jobs a batch folded ahead needs that the cache lacks are read on a second
+    connection. A mock stands in for that connection failing once (a read on the live one
+    cannot be made to fail alone): the batch is folded again after the one before it
+    commits, the second connection is opened again for the next, and every event is
+    applied once."""
+    caplog.set_level(logging.INFO, logger=CONSUMER_LOG)
+    created, last = await append_in_waves(js, 600)
+    async with running_projector(js, database_url):  # a projector that then goes away
+        await wait_for_position(database_url, created)
+    failed: list[bool] = []
+    load_into = ProjectionStore.load_into
+
+    async def fails_once_on_the_second_connection(
+        store: ProjectionStore, conn: psycopg.AsyncConnection[Any], *args: Any
+    ) -> None:
+        if conn.autocommit and not failed:  # the fold ahead's (the live one is not)
+            failed.append(True)
+            raise psycopg.OperationalError("injected: the second connection is gone")
+        await load_into(store, conn, *args)
+
+    monkeypatch.setattr(ProjectionStore, "load_into", fails_once_on_the_second_connection)
+    # A new projector holds none of the jobs: the second batch (the last hundred jobs'
+    # first steps, not named by the first) is read for on the second connection.
+    async with running_projector(js, database_url) as projector:
+        await wait_for_position(database_url, last)
+    assert failed == [True]
+    await logged(caplog, "not folding ahead (injected: the second connection is gone)")
+    assert projector.written_ahead == projector.folded_ahead >= 1  # read again, after
+    await applied_once(js, database_url, 600)
+
+
+async def test_a_linger_whose_fetch_fails_sends_its_batch_as_it_is(
+    js: JetStreamContext, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mock reader stands in for the read failing (an outage that begins in the linger):
+    the partial batch is folded as it is, and the next fetch reads what came."""
+    failures: list[int] = []
+    real = stream_reader
+
+    class FailingLinger:
+        def __init__(self, reader: StreamReader) -> None:
+            self._reader = reader
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._reader, name)
+
+        async def fetch(self, batch: int, timeout: float) -> list[RawMessage]:  # noqa: ASYNC109 - as the reader's
+            if timeout == consumer.LINGER_POLL_S and len(failures) < 3:
+                failures.append(batch)
+                raise ReadError("injected: the connection dropped in the linger")
+            return await self._reader.fetch(batch, timeout)
+
+    monkeypatch.setattr(consumer, "stream_reader", lambda *a: FailingLinger(real(*a)))
+    log = EventLog(js)
+    first = (await log.append(site_registered(SITE, OWNER), expect=0)).seq
+    async with running_projector(js, database_url, linger_s=0.05) as projector:
+        await wait_for_position(database_url, first)
+        last = await append_jobs(js, 3)
+        await wait_for_position(database_url, last)
+    assert failures  # each partial batch went on as it was
+    assert projector.applied == last
+    await applied_once(js, database_url, 3)
