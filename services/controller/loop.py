@@ -44,6 +44,7 @@ from lodestream.schemas.subjects import (
     EVENTS_STREAM,
     HB_IN_STREAM,
     HB_STREAM,
+    aggregate_filter,
     heartbeat_subject,
     parse_event_subject,
 )
@@ -448,10 +449,15 @@ class Controller:
             return
         for _ in range(5):
             info = await self._js.stream_info(EVENTS_STREAM)
-            await self._reads.wait_for(int(info.state.last_seq))
+            caught_up = int(info.state.last_seq)
+            await self._reads.wait_for(caught_up)
             held = await self._reads.held_by(site, session_id)
             batch = await self._reads.session_batch(site, session_id) if held else None
             session_seq = await self._reads.session_seq(site, session_id)
+            if session_seq is not None:
+                session_seq = await self._newest_of_session(
+                    site, session_id, session_seq, caught_up
+                )
             appends = decide.on_session_expired(
                 site, session_id, marker_seq, held, datetime.now(UTC), batch=batch,
                 session_seq=session_seq,
@@ -459,6 +465,28 @@ class Controller:
             if not await self._append(appends):
                 return
         log.warning("session %s: leases still moving after 5 expiry rounds", session_id)
+
+    async def _newest_of_session(
+        self, site: str, session_id: uuid.UUID, applied: int, caught_up: int
+    ) -> int:
+        """The sequence ``session.expired`` is compare-and-set on: the session's newest event
+        the read model applied (``applied``), or the newest message on the session's
+        subjects if that is later and the read model has caught up past it.
+
+        A site can write on its own sessions' subjects what the projector quarantines; that
+        message is still the subjects' newest, and a compare-and-set on ``applied`` would
+        lose every round. Every message on them after ``applied`` and up to ``caught_up``
+        was quarantined (else the read model would show it), so the expiry goes on top of
+        the newest. One after ``caught_up`` is news: the next round decides on it.
+        """
+        try:
+            newest = await self._js.get_last_msg(
+                EVENTS_STREAM, aggregate_filter(site, "session", session_id)
+            )
+        except (NatsError, TimeoutError):  # none (404), or unreadable: the read model's
+            return applied
+        seq = int(newest.seq or 0)
+        return seq if applied < seq <= caught_up else applied
 
     async def _beating_in_hbin(self, site: str, session_id: uuid.UUID) -> bool:
         """Whether ``HBIN`` holds a heartbeat of the session less than half a TTL old.

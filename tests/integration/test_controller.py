@@ -328,6 +328,46 @@ async def test_a_closed_sessions_last_heartbeat_ageing_out_leaves_it_closed(
         assert await cursor.fetchall() == [("closed",)]
 
 
+async def test_a_session_with_a_quarantined_message_after_its_open_still_expires(
+    js: JetStreamContext, database_url: str
+) -> None:
+    """A site wrote garbage on its own session's subject after opening it: the projector
+    quarantines it, so the read model's newest event of the session is the open, while
+    the log's is the garbage. The expiry is compare-and-set on the log's newest (all after
+    the open is quarantined), not lost in every round."""
+    log = EventLog(js)
+    await log.append(site_registered(SITE, OWNER), expect=0)
+    session = uuid.uuid4()
+    opened = SessionOpened.create(
+        site=SITE, aggregate_id=session, actor=f"launcher:{session}",
+        data=SessionOpenedData(hostname="nid1", nodes=(NodeInfo(hostname="nid1", cores=4),),
+                               deadline=datetime.now(UTC) + timedelta(hours=1),
+                               heartbeat_ttl_s=TEST_HEARTBEAT_TTL_S),
+    )  # fmt: skip
+    await log.append(opened, expect=0)
+    garbage = (await js.publish(f"evt.{SITE}.session.{session}.closed", b"garbage")).seq
+    heartbeat = Heartbeat(session_id=session, site=SITE, at=datetime.now(UTC))
+    await js.publish(
+        heartbeat_subject(SITE, session), orjson.dumps(heartbeat.model_dump(mode="json"))
+    )
+    async with running_projector(js, database_url), running_controller(js, database_url):
+        await wait_for_position(database_url, garbage)
+        async with asyncio.timeout(30):  # the heartbeat ages out; the controller expires it
+            while not (
+                await js.get_last_msg(EVENTS_STREAM, f"evt.{SITE}.session.{session}.>")
+            ).subject.endswith(".expired"):
+                await asyncio.sleep(0.1)
+        last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+        await wait_for_position(database_url, last)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute(
+            "SELECT state, last_seq FROM rm.sessions WHERE id = %s", (session,)
+        )
+        assert await cursor.fetchall() == [("expired", last)]
+        cursor = await conn.execute("SELECT seq FROM rm.quarantine")
+        assert await cursor.fetchall() == [(garbage,)]
+
+
 async def test_a_job_the_projector_refuses_to_create_is_not_acted_on(
     js: JetStreamContext, database_url: str
 ) -> None:
