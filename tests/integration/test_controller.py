@@ -353,9 +353,10 @@ async def test_a_session_with_a_quarantined_message_after_its_open_still_expires
     async with running_projector(js, database_url), running_controller(js, database_url):
         await wait_for_position(database_url, garbage)
         async with asyncio.timeout(30):  # the heartbeat ages out; the controller expires it
-            while not (
-                await js.get_last_msg(EVENTS_STREAM, f"evt.{SITE}.session.{session}.>")
-            ).subject.endswith(".expired"):
+            newest = f"evt.{SITE}.session.{session}.>"
+            while not str((await js.get_last_msg(EVENTS_STREAM, newest)).subject).endswith(
+                ".expired"
+            ):
                 await asyncio.sleep(0.1)
         last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
         await wait_for_position(database_url, last)
