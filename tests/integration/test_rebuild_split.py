@@ -10,6 +10,7 @@ quarantine with the same reasons, and report the same counts.
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import uuid
 from collections.abc import Callable
@@ -132,3 +133,43 @@ async def test_a_process_that_fails_fails_the_rebuild_and_leaves_the_live_tables
         await Rebuild(js, database_url, batch_size=64, workers=2).run()
     assert multiprocessing.active_children() == []
     assert await table_digest(database_url) == live
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+async def test_what_arrives_during_the_bulk_replay_is_caught_up_onto_the_rebuilt_rows(
+    js: JetStreamContext, database_url: str, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Events appended after the bulk replay took its end (while the indexes are built):
+    the catch-up folds them onto the rows the bulk replay wrote, read back from the rebuilt
+    tables, and the tables equal those of a rebuild that folds them all in its bulk replay."""
+    await mixed_log(js)
+    created = [job_created("alpha", OWNER, tags={"run": "late"}) for _ in range(30)]
+    for job in created:
+        for event in (job, *lifecycle(job)[:2]):  # created, preprocessed, started
+            await publish_event(js, event)
+    steps = [step for job in created for step in lifecycle(job)[2:]]  # run_done, finished
+    loop = asyncio.get_running_loop()
+    index = rebuild_module.index_rebuild_schema
+    appended: list[int] = []
+
+    async def append_steps() -> int:
+        for step in steps:
+            await publish_event(js, step)
+        return await publish(js, f"evt.alpha.job.{uuid.uuid4()}.ready", b"late garbage")
+
+    def append_then_index(dsn: str) -> None:
+        # In the rebuild's thread, its loop free meanwhile: they land after the bulk's end.
+        appended.append(asyncio.run_coroutine_threadsafe(append_steps(), loop).result())
+        index(dsn)
+
+    monkeypatch.setattr(rebuild_module, "index_rebuild_schema", append_then_index)
+    caught_up = await Rebuild(js, database_url, batch_size=64, workers=workers).run()
+    assert caught_up.positions[EVENTS_STREAM] == appended[0]
+    rebuilt = await table_digest(database_url)
+    monkeypatch.undo()
+    whole = await Rebuild(js, database_url, batch_size=64, workers=1).run()
+    assert await table_digest(database_url) == rebuilt
+    assert report_counts(caught_up) == report_counts(whole)
+    async with await psycopg.AsyncConnection.connect(database_url) as conn:
+        cursor = await conn.execute('SELECT state FROM rm.jobs WHERE tags @> \'{"run": "late"}\'')
+        assert await cursor.fetchall() == [("JOB_FINISHED",)] * 30
