@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from lodestream.services.projector.messages import (
     Decoded,
-    EventMessage,
     RawMessage,
     decode_message,
 )
-from lodestream.services.projector.projection import LOADED_KINDS, Changes, Known, Projection
+from lodestream.services.projector.projection import Changes, Known, Projection, ids_to_load
 from lodestream.services.projector.rows import QuarantineRow
 from lodestream.services.projector.store import Rows
 
@@ -85,8 +84,5 @@ async def fold_into(
 
 def named_ids(decoded: list[Decoded | QuarantineRow]) -> set[uuid.UUID]:
     """The aggregates (jobs, batch jobs, transfers) a batch's events name."""
-    return {
-        d.event.aggregate_id
-        for d in decoded
-        if isinstance(d, EventMessage) and d.event.kind in LOADED_KINDS
-    }
+    jobs, batches, xfers = ids_to_load(decoded)
+    return jobs | batches | xfers

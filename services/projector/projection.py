@@ -104,29 +104,18 @@ class Changes:
 LOADED_KINDS = ("job", "batch", "xfer")
 
 
-def job_ids_to_load(decoded: Iterable[Decoded | QuarantineRow]) -> set[uuid.UUID]:
-    return _ids_of_kind(decoded, "job")
-
-
-def batch_ids_to_load(decoded: Iterable[Decoded | QuarantineRow]) -> set[uuid.UUID]:
-    return _ids_of_kind(decoded, "batch")
-
-
-def xfer_ids_to_load(decoded: Iterable[Decoded | QuarantineRow]) -> set[uuid.UUID]:
-    return _ids_of_kind(decoded, "xfer")
-
-
 def ids_to_load(
     decoded: Iterable[Decoded | QuarantineRow],
 ) -> tuple[set[uuid.UUID], set[uuid.UUID], set[uuid.UUID]]:
-    """The jobs, batch jobs and transfers a batch names: what it loads when nothing is held."""
-    decoded = list(decoded)
-    return job_ids_to_load(decoded), batch_ids_to_load(decoded), xfer_ids_to_load(decoded)
-
-
-def _ids_of_kind(decoded: Iterable[Decoded | QuarantineRow], kind: str) -> set[uuid.UUID]:
-    return {m.event.aggregate_id for m in decoded
-            if isinstance(m, EventMessage) and m.event.kind == kind}  # fmt: skip
+    """The jobs, batch jobs and transfers a batch's events name (one pass: the live
+    projector asks for every batch), each the id of a row the batch may fold onto."""
+    ids: dict[str, set[uuid.UUID]] = {kind: set() for kind in LOADED_KINDS}
+    for message in decoded:
+        if isinstance(message, EventMessage):
+            named = ids.get(message.event.kind)
+            if named is not None:
+                named.add(message.event.aggregate_id)
+    return ids["job"], ids["batch"], ids["xfer"]
 
 
 class Projection:

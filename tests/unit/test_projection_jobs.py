@@ -34,7 +34,7 @@ from lodestream.services.projector.messages import (
     ExpiryMarker,
     RawMessage,
 )
-from lodestream.services.projector.projection import Changes, Known, Projection, job_ids_to_load
+from lodestream.services.projector.projection import Changes, Known, Projection, ids_to_load
 from lodestream.services.projector.rows import JobProgress, JobRecord, QuarantineRow
 from tests.support.builders import (
     job_created,
@@ -233,7 +233,7 @@ def test_the_position_is_the_highest_sequence_of_each_stream() -> None:
     assert projection.changes.last_seq == {EVENTS_STREAM: 4, HB_STREAM: 9}
 
 
-def test_a_batch_loads_only_the_jobs_its_job_events_name() -> None:
+def test_a_batch_loads_only_the_aggregates_its_events_name() -> None:
     created = job_created(SITE, OWNER)
     other = site_registered("beta", OWNER)
     decoded: list[Decoded] = [
@@ -241,7 +241,7 @@ def test_a_batch_loads_only_the_jobs_its_job_events_name() -> None:
         EventMessage(2, other),
         ExpiryMarker(3, SITE, SESSION),
     ]
-    assert job_ids_to_load(decoded) == {created.aggregate_id}
+    assert ids_to_load(decoded) == ({created.aggregate_id}, set(), set())
 
 
 def test_an_empty_batch_changes_nothing() -> None:
