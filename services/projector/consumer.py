@@ -260,6 +260,7 @@ class Projector:
             try:
                 if self._loads is None or self._loads.closed:
                     self._loads = await AsyncConnection.connect(self._dsn, autocommit=True)
+                    self._store.adapt(self._loads)
                 await self._store.load_into(self._loads, known, *missing)
             except psycopg.Error as exc:
                 log.info("projector %s: not folding ahead (%s)", self._stream, _first_line(exc))

@@ -115,8 +115,10 @@ def rebuild_share(task: ShareTask, pipe: Connection) -> None:
 
 async def _fold_share(task: ShareTask, receive: Receive) -> ShareDone:
     conn = await AsyncConnection.connect(task.dsn)
-    fold = BulkFold(ProjectionStore(REBUILD_SCHEMA), echo_sites=True)
+    store = ProjectionStore(REBUILD_SCHEMA)
+    fold = BulkFold(store, echo_sites=True)
     try:
+        await store.prepare(conn)
         # Received in a thread, so that the write of the last batch goes on meanwhile.
         while (chunk := await asyncio.to_thread(receive)) is not None:
             await fold.take(conn, raws_of(chunk, task.last))
