@@ -241,6 +241,8 @@ def test_admin_commands_work_from_the_state_dir_with_their_own_roles(
     assert httpx.get(f"{lode_up_stack.api_url}/jobs", headers=headers).status_code == 200
 
     assert "rebuilt" in lode("projector", "rebuild")  # the projector's role swaps rm
+    # Split: each spawned process writes the rebuilt tables with that role too.
+    assert "folded by 2 processes" in lode("projector", "rebuild", "--workers", "2")
     assert "migrations applied" in lode("migrate")
     lode_up_stack.wait_for(lode_up_stack.ready, "the API after the rebuild")
 
