@@ -194,6 +194,15 @@ class Shares(Generic[Task]):
                 process.join()
 
 
+def usable_cores() -> int:
+    """The cores this process may run on: its affinity (a batch job's or a container's share
+    of the host), not the host's count, which a split across processes would oversubscribe."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux: no affinity API, every core is taken to be ours
+        return os.cpu_count() or 1
+
+
 async def send_all(pool: Shares[Task], chunks: Sequence[Any]) -> None:
     """Send each share its chunk (none to a share whose chunk is empty), from threads: a
     process busy with its last chunk delays neither the others nor the caller's loop, which

@@ -20,7 +20,6 @@ swaps as an unsplit rebuild does.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
@@ -33,7 +32,15 @@ from lodestream.infra.postgres.tables import REBUILD_SCHEMA
 from lodestream.services.projector.bulk import BulkFold, raws_of
 from lodestream.services.projector.errors import RebuildError
 from lodestream.services.projector.store import ProjectionStore
-from lodestream.shares import Receive, ShareFailure, Shares, id_share, serve, unexpected
+from lodestream.shares import (
+    Receive,
+    ShareFailure,
+    Shares,
+    id_share,
+    serve,
+    unexpected,
+    usable_cores,
+)
 
 DEFAULT_WORKERS: Final = 4
 # Starting the processes (each imports the package) costs about a second, which a short log
@@ -61,10 +68,10 @@ class ShareDone:
 
 
 def default_workers(events: int) -> int:
-    """How many processes fold ``events`` when the caller does not say: one per core up to
-    :data:`DEFAULT_WORKERS` for a long log on a machine of two cores or more, else none
-    (the rebuilding process folds alone)."""
-    cores = os.cpu_count() or 1
+    """How many processes fold ``events`` when the caller does not say: one per core this
+    process may use, up to :data:`DEFAULT_WORKERS`, for a long log where it may use two
+    cores or more; else 1 (the rebuilding process folds alone)."""
+    cores = usable_cores()
     return min(cores, DEFAULT_WORKERS) if cores >= 2 and events >= SPLIT_FROM else 1
 
 

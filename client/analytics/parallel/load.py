@@ -10,7 +10,6 @@ gives. The server sends every message once, and no process parses another's mess
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Final
 
 from nats.aio.client import Client
@@ -26,7 +25,7 @@ from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import range_wires, stream_span
 from lodestream.client.analytics.summary import Loaded
 from lodestream.collector import collector_paused
-from lodestream.shares import send_all
+from lodestream.shares import send_all, usable_cores
 
 # Since the range is read once (here) and the parts come back packed, a second process no
 # longer adds a second read of the range for the server and the client. On a 2-core machine
@@ -46,12 +45,12 @@ SPLIT_FROM: Final = 250_000
 
 def usable_workers(asked: int) -> int:
     """``asked`` processes, but no more than the machine has cores, and at least one."""
-    return max(1, min(asked, os.cpu_count() or 1))
+    return max(1, min(asked, usable_cores()))
 
 
 def default_workers() -> int:
     """How many processes replay a long range when the caller does not say."""
-    cores = os.cpu_count() or 1
+    cores = usable_cores()
     return usable_workers(DEFAULT_WORKERS) if cores >= SPLIT_FROM_CORES else 1
 
 
