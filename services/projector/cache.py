@@ -36,6 +36,16 @@ class FoldCache:
         self._known, self._position = None, None
         return known if valid else None
 
+    def clear(self) -> None:
+        """Forget what is held: a batch folded ahead onto it will not be written as folded.
+
+        A commit keeps the batch's ``Known`` while the next batch may already be folded
+        onto it; that is sound only while that fold may still be written as it is. A failed
+        attempt that never reached :meth:`take` (the connection refused, the lock lost)
+        would leave it here, and the retry would fold the same events onto it again.
+        """
+        self._known, self._position = None, None
+
     def give_back(self, known: Known, position: Position) -> None:
         """``known`` as it stands after a batch committed at ``position``."""
         self._known, self._position = known, position

@@ -210,7 +210,10 @@ class Projector:
         previous = self._inflight
         ahead = await self._fold_ahead(previous, raws, decoded) if previous else None
         if not await self._settle(reader, stop):
-            return  # the batch before was not committed: this one is delivered again
+            # The batch before was not committed: this one is delivered again, and what it
+            # was folded ahead onto must not be kept.
+            self._cache.clear()
+            return
         folded: asyncio.Future[Fold | None] = asyncio.get_running_loop().create_future()
         task = asyncio.create_task(self._commit(raws, decoded, ahead, stop, folded))
         self._inflight = InFlight(task, mark, folded, named_ids(decoded))
@@ -348,6 +351,7 @@ class Projector:
                     log.warning("projector %s: batch refused (%s); applying one by one",
                                 self._stream, _first_line(exc))  # fmt: skip
                     singly, ahead = True, None
+                    self._cache.clear()
                     continue
             except psycopg.ProgrammingError as exc:
                 # A missing grant or a broken schema: the operator's to fix, never the
@@ -355,9 +359,11 @@ class Projector:
                 log.warning("projector %s: %s; retrying", self._stream, _first_line(exc))
             else:
                 return True
-            # The transaction failed: what was folded ahead went with the cache it was
-            # folded onto, and a retry folds from Postgres.
+            # The transaction failed: what was folded ahead is thrown away with the cache it
+            # was folded onto (which the attempt may not have taken: it can fail before
+            # the lock), and a retry folds from Postgres.
             ahead = None
+            self._cache.clear()
             if self._conn is not None:
                 await self._conn.close()
                 self._conn = None

@@ -308,3 +308,31 @@ async def test_a_linger_whose_fetch_fails_sends_its_batch_as_it_is(
     assert failures  # each partial batch went on as it was
     assert projector.applied == last
     await applied_once(js, database_url, 3)
+
+
+async def test_a_commit_that_fails_before_its_lock_does_not_fold_its_batch_twice(
+    js: JetStreamContext, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each batch's first attempt loses its connection at the lock, as when Postgres
+    restarts (a mock raises there; the real restart is `test_cluster_partition.py`). The
+    batch before had kept the very Known this batch was folded ahead onto; the retry must
+    fold from Postgres, not onto that Known again (which quarantined its events as "not
+    after" themselves: found by the partition test)."""
+    lock = ProjectionStore.lock
+    calls: list[int] = []
+
+    async def every_other_lock_fails(
+        store: ProjectionStore, conn: psycopg.AsyncConnection[Any], stream: str
+    ) -> Any:
+        calls.append(1)
+        if len(calls) % 2 == 0:
+            raise psycopg.OperationalError("injected: the connection went at the lock")
+        return await lock(store, conn, stream)
+
+    monkeypatch.setattr(ProjectionStore, "lock", every_other_lock_fails)
+    last = await append_jobs(js, 400, site=True)  # 2,001 events: five batches of 500
+    async with running_projector(js, database_url) as projector:
+        await wait_for_position(database_url, last)
+    assert projector.folded_ahead >= 1
+    monkeypatch.undo()  # the rebuild that judges it locks the positions too
+    await applied_once(js, database_url, 400)
