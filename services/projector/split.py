@@ -27,6 +27,7 @@ from typing import Final
 
 from psycopg import AsyncConnection
 
+from lodestream import aio
 from lodestream.eventlog.rawpull import Wire
 from lodestream.infra.postgres.tables import REBUILD_SCHEMA
 from lodestream.services.projector.bulk import BulkFold, raws_of
@@ -117,7 +118,8 @@ def rebuild_share(task: ShareTask, pipe: Connection) -> None:
     def failure(exc: Exception) -> ShareFailure:
         return unexpected(f"rebuild process {task.share} of {task.shares} failed", exc)
 
-    serve(pipe, lambda receive: asyncio.run(_fold_share(task, receive)), failure)
+    # The project's loop (uvloop), as in every other process; the collector is paused by serve.
+    serve(pipe, lambda receive: aio.run(_fold_share(task, receive)), failure)
 
 
 async def _fold_share(task: ShareTask, receive: Receive) -> ShareDone:
