@@ -131,19 +131,13 @@ async def range_wires(
         raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc!r}") from exc
     consumer = await RawPull(nc, EVENTS_STREAM, config.name).start()
     try:
-        pending = created.num_pending
-        while pending:
-            try:
-                wires = await consumer.fetch_wire(batch, FETCH_TIMEOUT_S)
-            except (ReadError, NatsError) as exc:
-                raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
-            if wires:
+        try:
+            async for wires in consumer.wires_until(
+                last, created.num_pending or 0, batch=batch, fetch_timeout_s=FETCH_TIMEOUT_S
+            ):
                 yield wires
-            # Where the consumer is, whether this reader kept its last messages or not: past
-            # the end this replay was asked for, or with none left to send (they arrive in order).
-            at = consumer.position
-            if at is not None:
-                pending = 0 if at.seq >= last else at.pending
+        except (ReadError, NatsError) as exc:
+            raise SourceError(f"cannot read the {EVENTS_STREAM} stream: {exc}") from exc
     finally:
         await consumer.stop()
         with contextlib.suppress(NotFoundError, NatsError, TimeoutError):

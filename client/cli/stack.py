@@ -61,12 +61,14 @@ def up(
     try:
         with console.status("starting nats-server, Postgres, api, projector and controller…"):
             info = stack.start(user)
+        # Supervised from here on: waiting for the monitoring credential (up to
+        # CREDENTIAL_WAIT_S) must not leave a process that dies meanwhile unrepaired.
+        supervisor.start()
         _print_info(info)
         _monitor_credential(stack, info)
         if demo:
             with console.status("starting the local site: agent and one pilot…"):
                 _start_local_site(stack, info)
-        supervisor.start()
         if demo:
             try:
                 _demo(info, demo_jobs, stop)

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any, Final, NamedTuple
 
 from nats.aio.client import Client
@@ -167,6 +167,29 @@ class RawPull:
                     self._waiter = None
             got = self._drain(batch)
         return got
+
+    async def wires_until(
+        self, last: int, pending: int, *, batch: int, fetch_timeout_s: float,
+        pending_now: Callable[[], Awaitable[int]] | None = None,
+    ) -> AsyncIterator[list[Wire]]:  # fmt: skip
+        """Batches of :meth:`fetch_wire` until the consumer has delivered sequence ``last``, or
+        has nothing left to deliver; ``pending``: what it held when it was created.
+
+        The last batch may hold some past ``last``: the caller drops them. While nothing has
+        been delivered yet, a fetch that brings nothing asks ``pending_now`` (if given) what
+        the consumer holds now: a range whose messages were purged meanwhile then ends.
+        """
+        while pending:
+            wires = await self.fetch_wire(batch, fetch_timeout_s)
+            if wires:
+                yield wires
+            # Where the consumer is, whether this reader kept its last messages or not: past
+            # the range's end, or with none left to send (they arrive in order).
+            at = self.position
+            if at is not None:
+                pending = 0 if at.seq >= last else at.pending
+            elif not wires and pending_now is not None:
+                pending = await pending_now()
 
     def _take(self, subject: bytes, reply: bytes, data: bytes, headers: bytes | None) -> None:
         # Called by the protocol parser for every delivery: nothing here but keeping it.

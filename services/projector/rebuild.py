@@ -175,18 +175,16 @@ async def read_wires(js: JetStreamContext, last: int, batch: int) -> AsyncIterat
     if last < 1:
         return
     async with ephemeral_consumer(js, EVENTS_STREAM, 1) as (name, held):
-        pending = held
         pull = await RawPull.on(js, EVENTS_STREAM, name).start()
+
+        async def pending_now() -> int:
+            return int((await js.consumer_info(EVENTS_STREAM, name)).num_pending or 0)
+
         try:
-            while pending:
-                wires = await pull.fetch_wire(batch, timeout=FETCH_TIMEOUT_S)
-                if wires:
-                    yield wires
-                at = pull.position
-                if at is not None:
-                    pending = 0 if at.seq >= last else at.pending
-                elif not wires:
-                    pending = (await js.consumer_info(EVENTS_STREAM, name)).num_pending
+            async for wires in pull.wires_until(
+                last, held, batch=batch, fetch_timeout_s=FETCH_TIMEOUT_S, pending_now=pending_now
+            ):
+                yield wires
         finally:
             await pull.stop()
 
