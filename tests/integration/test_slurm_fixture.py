@@ -188,15 +188,3 @@ def test_a_two_rank_mpi4py_program_runs_inside_an_allocation(
         "rank=1 size=2 sum=1",
     ]
     assert {line.rsplit("node=", 1)[1] for line in lines} == nodes
-
-
-@pytest.mark.slow
-def test_wall_time_expiry_ends_a_job_as_timeout(slurm: SlurmCluster, tmp_path: Path) -> None:
-    # Slurm's wall time is in whole minutes: this job is killed 60-70 s after it starts.
-    job = slurm.sbatch("#!/bin/bash\nexec sleep 600\n", time=1, output=str(tmp_path / "job.out"))
-    slurm.wait_state(job, {"RUNNING"})
-
-    assert slurm.wait_state(job, {"TIMEOUT"}, timeout=150) == "TIMEOUT"
-    record = slurm.jobcomp()[str(job)]
-    assert record["JobState"] == "TIMEOUT"
-    assert record["TimeLimit"] == "1"

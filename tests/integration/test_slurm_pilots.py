@@ -132,6 +132,10 @@ def test_a_pilot_at_its_wall_time_times_its_job_out_and_the_next_pilot_reruns_it
         {"site": SITE, "app": "slowfirst", "workdir": "slow", "parameters": {"seconds": "600"}}
     ])["jobs"]]  # fmt: skip
     first = site.submit_pilot("--wall-time-min", "1")
+    # The control: a plain job with the same one-minute wall time, which this cluster's Slurm
+    # ends TIMEOUT (checked at the end). Submitted here so that its wait is the pilot's: a
+    # test of its own spent another 60-70 s on the same minute.
+    control = site.slurm.sbatch("#!/bin/bash\nexec sleep 600\n", time=1, output="/dev/null")
     running = until("the pilot's batch job runs", lambda: batch_in(site, first, "running"), site)
     until("the pilot started the job", lambda: jobs_in(site, [job], "RUNNING"), site)
 
@@ -154,3 +158,9 @@ def test_a_pilot_at_its_wall_time_times_its_job_out_and_the_next_pilot_reruns_it
     with psycopg.connect(site.stack.database_url) as conn, contextlib.closing(conn.cursor()) as c:
         c.execute("SELECT batch_job_id FROM rm.sessions WHERE id = ANY(%s::uuid[])", (started,))
         assert {str(row[0]) for row in c.fetchall()} == {first, second}
+
+    # Slurm itself ends a job at this wall time: what the pilot drained ahead of.
+    assert site.slurm.wait_state(control, {"TIMEOUT"}, timeout=150) == "TIMEOUT"
+    record = site.slurm.jobcomp()[str(control)]
+    assert record["JobState"] == "TIMEOUT"
+    assert record["TimeLimit"] == "1"
