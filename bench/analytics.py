@@ -47,11 +47,7 @@ from lodestream.client.analytics.figures.latency import StageTable
 from lodestream.client.analytics.fold import TimelineFold
 from lodestream.client.analytics.intake import IntakeReport, accept
 from lodestream.client.analytics.load import load_stream
-from lodestream.client.analytics.parallel import (
-    default_workers,
-    load_stream_parallel,
-    usable_workers,
-)
+from lodestream.client.analytics.parallel import load_stream_parallel
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_batches
 from lodestream.client.analytics.summary import summarize
@@ -64,6 +60,7 @@ from lodestream.infra.nats.server import NatsServer
 from lodestream.natsconn import connect
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.settings import NatsSettings
+from lodestream.shares import DEFAULT_WORKERS, usable_workers
 
 TOTAL_TARGET_S: Final = 30.0
 REPLAY_TARGET_PER_S: Final = 50_000
@@ -199,7 +196,7 @@ def main() -> None:
         "--workers",
         type=int,
         nargs="+",
-        default=[1, max(2, default_workers())],
+        default=[1, max(2, usable_workers(DEFAULT_WORKERS))],
         help="replay processes, one analytics pass per count given",
     )
     parser.add_argument("--out", type=Path, default=Path("bench/out"))

@@ -53,11 +53,10 @@ from lodestream.services.projector.split import (
     ShareDone,
     ShareTask,
     deal,
-    default_workers,
     shares_for,
 )
 from lodestream.services.projector.store import ProjectionStore, Rows
-from lodestream.shares import send_all
+from lodestream.shares import default_workers, send_all
 
 log = logging.getLogger(__name__)
 STREAMS = (EVENTS_STREAM, HB_STREAM)
@@ -191,7 +190,7 @@ async def read_wires(js: JetStreamContext, last: int, batch: int) -> AsyncIterat
 
 class Rebuild:
     """``workers``: how many processes fold ``EVENTS`` (1: this one alone); None chooses
-    by the machine's cores and the log's length (:func:`split.default_workers`)."""
+    by the machine's cores and the log's length (:func:`lodestream.shares.default_workers`)."""
 
     def __init__(
         self, js: JetStreamContext, dsn: str, *, batch_size: int = 5000, workers: int | None = None

@@ -23,7 +23,6 @@ import asyncio
 from collections.abc import Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Final
 
 from psycopg import AsyncConnection
 
@@ -40,13 +39,7 @@ from lodestream.shares import (
     id_share,
     serve,
     unexpected,
-    usable_cores,
 )
-
-DEFAULT_WORKERS: Final = 4
-# Starting the processes (each imports the package) costs about a second, which a short log
-# does not win back (the analytics' split replay, the same shape, broke even near here).
-SPLIT_FROM: Final = 250_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,14 +59,6 @@ class ShareDone:
     events: int
     jobs: int
     quarantined: int
-
-
-def default_workers(events: int) -> int:
-    """How many processes fold ``events`` when the caller does not say: one per core this
-    process may use, up to :data:`DEFAULT_WORKERS`, for a long log where it may use two
-    cores or more; else 1 (the rebuilding process folds alone)."""
-    cores = usable_cores()
-    return min(cores, DEFAULT_WORKERS) if cores >= 2 and events >= SPLIT_FROM else 1
 
 
 def shares_for(tasks: list[ShareTask]) -> Shares[ShareTask]:

@@ -6,9 +6,7 @@ import os
 
 import pytest
 
-from lodestream.client.analytics.parallel.load import default_workers as analytics_workers
-from lodestream.services.projector.split import SPLIT_FROM, default_workers
-from lodestream.shares import usable_cores
+from lodestream.shares import SPLIT_FROM, default_workers, usable_cores, usable_workers
 
 
 @pytest.mark.parametrize(
@@ -17,14 +15,14 @@ from lodestream.shares import usable_cores
         (1, 10 * SPLIT_FROM, 1),  # a batch job or a container given one core of many
         (2, 10 * SPLIT_FROM, 2),
         (8, 10 * SPLIT_FROM, 4),
-        (8, SPLIT_FROM - 1, 1),  # a short log is folded where it is read
+        (8, SPLIT_FROM - 1, 1),  # a short range is folded where it is read
     ],
 )
-def test_a_rebuild_splits_by_the_cores_it_may_use(
+def test_a_split_takes_the_cores_it_may_use(
     monkeypatch: pytest.MonkeyPatch, cores: int, events: int, workers: int
 ) -> None:
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(cores)))
     monkeypatch.setattr(os, "cpu_count", lambda: 64)  # the host's: not what counts
     assert usable_cores() == cores
     assert default_workers(events) == workers
-    assert analytics_workers() == min(cores, 4)
+    assert usable_workers(64) == cores

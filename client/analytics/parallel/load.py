@@ -10,7 +10,6 @@ gives. The server sends every message once, and no process parses another's mess
 from __future__ import annotations
 
 import asyncio
-from typing import Final
 
 from nats.aio.client import Client
 
@@ -25,33 +24,7 @@ from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import range_wires, stream_span
 from lodestream.client.analytics.summary import Loaded
 from lodestream.collector import collector_paused
-from lodestream.shares import send_all, usable_cores
-
-# Since the range is read once (here) and the parts come back packed, a second process no
-# longer adds a second read of the range for the server and the client. On a 2-core machine
-# with other work on it, over 1,000,000 events (python -m bench.analytics, alternately with
-# the code before): one process replayed in 33-36 s and two in 25-28 s where the load left
-# both cores (in one run of three, under more load, 44 s and 51 s); before, two took 36 s,
-# 58 s and 64 s against 36-42 s for one, so one was the default. So a machine with two
-# cores or more splits, one process per core up to 4 (more is not measured: this process
-# reads and deals out every message, about 10 s of one core a million).
-DEFAULT_WORKERS: Final = 4
-SPLIT_FROM_CORES: Final = 2
-# Starting processes and sending timelines back costs about a second: over 100,000 events
-# two processes took 4.4 s against 3.9 s for one, over 1,000,000 5-12 s less; the
-# crossover is near 250,000.
-SPLIT_FROM: Final = 250_000
-
-
-def usable_workers(asked: int) -> int:
-    """``asked`` processes, but no more than the machine has cores, and at least one."""
-    return max(1, min(asked, usable_cores()))
-
-
-def default_workers() -> int:
-    """How many processes replay a long range when the caller does not say."""
-    cores = usable_cores()
-    return usable_workers(DEFAULT_WORKERS) if cores >= SPLIT_FROM_CORES else 1
+from lodestream.shares import default_workers, send_all, usable_workers
 
 
 async def load_stream_parallel(
@@ -60,8 +33,8 @@ async def load_stream_parallel(
     """The selection of ``EVENTS``, replayed by ``workers`` processes (at most one per core).
 
     ``nc`` is the control-plane connection the range is read on, once, by this process.
-    ``workers`` None: :func:`default_workers` for a range of :data:`SPLIT_FROM` messages or
-    more, else one. With one, this is :func:`~lodestream.client.analytics.load.load_stream`.
+    ``workers`` None: :func:`~lodestream.shares.default_workers` for the range's length.
+    With one, this is :func:`~lodestream.client.analytics.load.load_stream`.
     """
     selection = selection or Selection()
     if workers is not None and usable_workers(workers) == 1:
@@ -69,8 +42,8 @@ async def load_stream_parallel(
     span = await stream_span(nc, selection)
     if span is None:
         return Replay(selection).loaded()
-    shares = default_workers() if workers is None else usable_workers(workers)
-    if shares == 1 or (workers is None and span.messages < SPLIT_FROM):
+    shares = default_workers(span.messages) if workers is None else usable_workers(workers)
+    if shares == 1:
         return await load_stream(nc, selection)
     return await replay_range(nc, selection, span.last, shares)
 
