@@ -17,24 +17,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final, TypeVar
+from typing import TYPE_CHECKING, Final, TypeVar
 
 import typer
 
-from lodestream.client.analytics.connection import control_connection
-from lodestream.client.analytics.errors import AnalyticsError
-from lodestream.client.analytics.jsonout import summary_json
-from lodestream.client.analytics.load import export_stream, export_watch, load_file, load_watch
-from lodestream.client.analytics.parallel.load import (
-    DEFAULT_WORKERS,
-    SPLIT_FROM,
-    SPLIT_FROM_CORES,
-    load_stream_parallel,
-)
-from lodestream.client.analytics.selection import Selection
-from lodestream.client.analytics.summary import Loaded, Summary, summarize
 from lodestream.client.cli.analytics_simulate import simulate
-from lodestream.client.cli.analytics_tables import print_summary
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, parse_pairs, print_error
 from lodestream.client.cli.filters import parse_since
 from lodestream.client.cli.monitoring import (
@@ -45,7 +32,15 @@ from lodestream.client.cli.monitoring import (
     monitor_access,
 )
 from lodestream.client.errors import CredentialRevoked, LodeClientError
-from lodestream.settings import NatsSettings
+from lodestream.shares import DEFAULT_WORKERS, SPLIT_FROM, SPLIT_FROM_CORES
+
+# The analytics package is imported when a command runs: every `lode` command imports this
+# module to register these, and the package (with nats-py) took most of a second of each
+# one's start.
+if TYPE_CHECKING:
+    from lodestream.client.analytics.selection import Selection
+    from lodestream.client.analytics.summary import Loaded, Summary
+    from lodestream.settings import NatsSettings
 
 T = TypeVar("T")
 NEW_KEY_GRACE_S: Final = 15.0  # the control plane applies a new key within a few seconds
@@ -81,6 +76,8 @@ WORKERS = typer.Option(
 def _selection(
     site: list[str], app: list[str], tag: list[str], since: str | None, until: str | None
 ) -> Selection:
+    from lodestream.client.analytics import AnalyticsError, Selection  # noqa: PLC0415
+
     since_seq, moment = None, None
     if since is not None and since.strip().isdigit():
         since_seq = int(since)
@@ -104,6 +101,8 @@ def _control_settings(state_dir: Path) -> NatsSettings:
 
 
 async def _on_control_plane(settings: NatsSettings, work: Callable[..., Awaitable[T]]) -> T:
+    from lodestream.client.analytics.connection import control_connection  # noqa: PLC0415
+
     async with control_connection(settings) as nc:
         return await work(nc)
 
@@ -128,6 +127,9 @@ def _load(
     state_dir: Path,
     workers: int | None,
 ) -> Loaded:
+    from lodestream.client.analytics import load_file, load_watch  # noqa: PLC0415
+    from lodestream.client.analytics.parallel import load_stream_parallel  # noqa: PLC0415
+
     if workers is not None and not control_plane:
         raise typer.BadParameter("only a replay of the stream read with --control-plane is "
                                  "split across processes", param_hint="--workers")  # fmt: skip
@@ -144,6 +146,8 @@ def _load(
 
 
 def _summary(loaded: Loaded, bin_s: float | None) -> Summary:
+    from lodestream.client.analytics import AnalyticsError, summarize  # noqa: PLC0415
+
     try:
         return summarize(loaded, bin_s)
     except AnalyticsError as exc:
@@ -184,8 +188,12 @@ def summary_command(
         raise typer.Exit(1) from exc
     summary = _summary(loaded, bin_s)
     if as_json:
+        from lodestream.client.analytics.jsonout import summary_json  # noqa: PLC0415
+
         typer.echo(json.dumps(summary_json(summary)))
     else:
+        from lodestream.client.cli.analytics_tables import print_summary  # noqa: PLC0415
+
         print_summary(console, summary)
 
 
@@ -236,6 +244,8 @@ def export_command(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Copy the log (your sites, or all with --control-plane) to a file, one event a line."""
+    from lodestream.client.analytics import export_stream, export_watch  # noqa: PLC0415
+
     selection = _selection(site, [], [], since, None)
     try:
         if control_plane:

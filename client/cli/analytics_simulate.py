@@ -9,19 +9,22 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
-from lodestream.client.analytics.simulate.calibrate import IOModel
-from lodestream.client.analytics.simulate.errors import SimulationError
-from lodestream.client.analytics.simulate.model import Scenario
-from lodestream.client.analytics.simulate.source import Refusals, from_feed, from_lines
-from lodestream.client.analytics.simulate.whatif import WhatIf, what_if
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, print_error
 from lodestream.client.cli.filters import parse_since
-from lodestream.schemas.envelope import Event
 from lodestream.schemas.placement import STRATEGIES
+
+# The model is imported when the command runs: every `lode` command imports this module
+# to register it, and the analytics package took most of a second of each one's start.
+if TYPE_CHECKING:
+    from lodestream.client.analytics.simulate.calibrate import IOModel
+    from lodestream.client.analytics.simulate.source import Refusals
+    from lodestream.client.analytics.simulate.whatif import WhatIf
+    from lodestream.schemas.envelope import Event
 
 
 def simulate(
@@ -64,6 +67,11 @@ def simulate(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Predict makespan and throughput of a recorded run under another capacity."""
+    from lodestream.client.analytics.simulate.errors import SimulationError  # noqa: PLC0415
+    from lodestream.client.analytics.simulate.model import Scenario  # noqa: PLC0415
+    from lodestream.client.analytics.simulate.source import Refusals  # noqa: PLC0415
+    from lodestream.client.analytics.simulate.whatif import what_if  # noqa: PLC0415
+
     moment = parse_since(since) if since else None
     elastic = {k: v for k, v in (("max_nodes", elastic_max_nodes), ("min_nodes", elastic_min_nodes),
                ("max_queued_jobs", elastic_max_queued)) if v is not None}  # fmt: skip
@@ -87,6 +95,9 @@ def simulate(
 def _events(
     from_file: Path | None, sites: list[str], state_dir: Path, refusals: Refusals
 ) -> list[Event]:
+    from lodestream.client.analytics.simulate.errors import SimulationError  # noqa: PLC0415
+    from lodestream.client.analytics.simulate.source import from_feed, from_lines  # noqa: PLC0415
+
     if from_file is not None:
         with _lines(from_file) as lines:
             events = [e for e in from_lines(lines, refusals) if _at(e, sites)]
@@ -101,6 +112,9 @@ def _events(
 
 
 def _io_model(fraction: float | None, bandwidth: float | None) -> IOModel | None:
+    from lodestream.client.analytics.simulate.calibrate import IOModel  # noqa: PLC0415
+    from lodestream.client.analytics.simulate.errors import SimulationError  # noqa: PLC0415
+
     if fraction is None and bandwidth is None:
         return None
     if fraction is None or bandwidth is None:
@@ -115,6 +129,8 @@ class _lines:  # noqa: N801 - reads as the context manager it is
         self._path = path
 
     def __enter__(self) -> Iterator[bytes]:
+        from lodestream.client.analytics.simulate.errors import SimulationError  # noqa: PLC0415
+
         try:
             self._file = self._path.open("rb")
         except OSError as exc:
