@@ -320,7 +320,7 @@ class ProjectionStore:
         if items:
             cursor = await conn.execute(
                 _q(
-                    "SELECT id, site, state FROM {s}.transfer_items WHERE id = ANY(%s)", self.schema
+                    "SELECT id, site, state FROM {s}.transfer_items WHERE id = ANY(%b)", self.schema
                 ),
                 (items,),
             )
@@ -329,14 +329,14 @@ class ProjectionStore:
         wanted = list(batch_ids)
         if wanted:
             cursor = await conn.execute(
-                _q("SELECT id, state FROM {s}.batch_jobs WHERE id = ANY(%s)", self.schema),
+                _q("SELECT id, state FROM {s}.batch_jobs WHERE id = ANY(%b)", self.schema),
                 (wanted,),
             )
             for row in await cursor.fetchall():
                 known.batch_states[row[0]] = BatchJobState(row[1])
         ids = list(job_ids)
         if ids:
-            select = sql.SQL("SELECT id, site, {cols} FROM {s}.jobs WHERE id = ANY(%s)").format(
+            select = sql.SQL("SELECT id, site, {cols} FROM {s}.jobs WHERE id = ANY(%b)").format(
                 cols=_columns(PROGRESS_COLUMNS[1:]), s=sql.Identifier(self.schema)
             )
             cursor = await conn.execute(select, (ids,))
@@ -411,8 +411,11 @@ class ProjectionStore:
         joined to all of jobs by hashing it: 20 ms a live batch of tens of jobs at 50,000
         jobs, growing with the table.)
         """
+        # Sent binary (%b): psycopg dumps a list as text element by element, escaping each,
+        # at ~50 us a row of these ten columns against ~9 binary (measured, 30 rows), which
+        # was a tenth of the live projector's CPU. The same goes for the ids of ANY(%b).
         arrays = sql.SQL(", ").join(
-            sql.SQL("%s::{t}[]").format(t=sql.SQL(t)) for t in PROGRESS_TYPES
+            sql.SQL("%b::{t}[]").format(t=sql.SQL(t)) for t in PROGRESS_TYPES
         )
         return sql.SQL(
             "UPDATE {s}.jobs j SET {a} FROM unnest({arrays}) AS p ({names}) WHERE j.id = p.id"
