@@ -35,8 +35,7 @@ from lodestream.client.errors import CredentialRevoked, LodeClientError
 from lodestream.shares import DEFAULT_WORKERS, SPLIT_FROM, SPLIT_FROM_CORES
 
 # The analytics package is imported when a command runs: every `lode` command imports this
-# module to register these, and the package (with nats-py) took most of a second of each
-# one's start.
+# module to register these, and the package took about half a second of each one's start.
 if TYPE_CHECKING:
     from lodestream.client.analytics.selection import Selection
     from lodestream.client.analytics.summary import Loaded, Summary

@@ -19,7 +19,7 @@ from lodestream.client.cli.filters import parse_since
 from lodestream.schemas.placement import STRATEGIES
 
 # The model is imported when the command runs: every `lode` command imports this module
-# to register it, and the analytics package took most of a second of each one's start.
+# to register it, and the analytics package took about half a second of each one's start.
 if TYPE_CHECKING:
     from lodestream.client.analytics.simulate.calibrate import IOModel
     from lodestream.client.analytics.simulate.source import Refusals

@@ -6,8 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-# Imported only by the commands that use them: the analytics package (with nats-py and the
-# simulator) took most of a second of each `lode` start when the tree imported it.
+# Imported only by the commands that use them: the analytics package (the simulator with it)
+# took about half a second of each `lode` start when the tree imported it.
 NOT_AT_START = ("lodestream.client.analytics", "lodestream.client.analytics.simulate")
 
 
