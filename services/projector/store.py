@@ -411,9 +411,10 @@ class ProjectionStore:
         joined to all of jobs by hashing it: 20 ms a live batch of tens of jobs at 50,000
         jobs, growing with the table.)
         """
-        # Sent binary (%b): psycopg dumps a list as text element by element, escaping each,
-        # at ~50 us a row of these ten columns against ~9 binary (measured, 30 rows), which
-        # was a tenth of the live projector's CPU. The same goes for the ids of ANY(%b).
+        # Sent binary (%b): psycopg dumps a list given as %s in text, quoting element by
+        # element. Measured (bench/RESULTS.md, seventh session): the client's CPU a row
+        # 86-97 us against 60-63 in batches of 30, 46-53 against 14-17 in batches of 200;
+        # the backend's the same or less. The same goes for the ids of ANY(%b).
         arrays = sql.SQL(", ").join(
             sql.SQL("%b::{t}[]").format(t=sql.SQL(t)) for t in PROGRESS_TYPES
         )
