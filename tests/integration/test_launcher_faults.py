@@ -11,10 +11,12 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from nats.js import JetStreamContext
 
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.schemas.events import JobKilled
+from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import (
     control_plane,
@@ -79,6 +81,23 @@ async def history(dsn: str, job_id: uuid.UUID) -> list[str]:
         return [str(r[0]) for r in await cursor.fetchall()]
 
 
+async def until_projected(js: JetStreamContext, dsn: str, timeout_s: float) -> None:
+    """Until the projector has applied everything ``EVENTS`` holds now."""
+    last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+    async with (
+        asyncio.timeout(timeout_s),
+        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
+    ):
+        while True:
+            cursor = await conn.execute(
+                "SELECT seq FROM rm.projector_position WHERE stream = %s", (EVENTS_STREAM,)
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] >= last:
+                return
+            await asyncio.sleep(0.05)
+
+
 async def until_history_has(dsn: str, job_id: uuid.UUID, event: str, timeout_s: float) -> None:
     async with asyncio.timeout(timeout_s):
         while event not in await history(dsn, job_id):
@@ -141,7 +160,9 @@ async def test_paused_launcher_is_fenced_and_kills_its_stale_task(
             await asyncio.to_thread(zombie.wait, 30)
         finally:
             stop(zombie)
-        await asyncio.sleep(8)  # longer than the task would have run
+        # The zombie has exited, so nothing more of it can reach the log: once the read
+        # model has everything the log holds, the job's history is final.
+        await until_projected(js, database_url, timeout_s=30)
     events = await history(database_url, job)
     assert events == ["job.created", "job.preprocessed", "job.started", "job.run_timed_out"]
     log = (tmp_path / "zombie.log").read_text()
