@@ -7,18 +7,21 @@ nothing it delivered comes again, and what is new reaches it.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from dataclasses import replace
+from typing import Any
 
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.consumers import consumer_config, ensure_site_consumers
-from lodestream.eventlog.pull import pull_consumer
+from lodestream.eventlog.pull import PullConsumer, hand_back, pull_consumer
 from lodestream.schemas.events.job import CreatedData, JobCreated
 from lodestream.schemas.states import CREATED_RUNNABLE
-from lodestream.schemas.subjects import EVENTS_STREAM
-from lodestream.schemas.topology import LAUNCH
+from lodestream.schemas.subjects import EVENTS_STREAM, type_filter
+from lodestream.schemas.topology import LAUNCH, XFER
 from lodestream.schemas.trust import event_from_message
 from tests.support.builders import job_created
 
@@ -50,3 +53,49 @@ async def test_an_older_launch_filter_is_widened_in_place(js: JetStreamContext) 
     # The consumer had not passed ``before`` yet, so the wider filter delivers it too (a
     # pilot acks it: it is not created runnable).
     assert delivered == [before.aggregate_id, after.aggregate_id]
+
+
+async def _hold_one(js: JetStreamContext) -> tuple[PullConsumer, Msg, asyncio.Task[Any]]:
+    """A reader holding one transfer request, with a pull request of its own still open."""
+    await js.publish(type_filter(SITE, "xfer.requested").replace("*", str(uuid.uuid4())), b"{}")
+    reader = await pull_consumer(js, XFER.stream, XFER.durable(SITE))
+    [held] = await reader.fetch(1, timeout=5)
+    still_open = asyncio.create_task(reader.fetch(10, timeout=30))
+    await asyncio.sleep(0.2)  # the request reaches the server
+    return reader, held, still_open
+
+
+async def _next_reader_gets(js: JetStreamContext, timeout_s: float) -> list[Msg]:
+    successor = await pull_consumer(js, XFER.stream, XFER.durable(SITE))
+    try:
+        return await successor.fetch(1, timeout=timeout_s)
+    finally:
+        await successor.stop()
+
+
+async def test_a_stopping_reader_hands_what_it_holds_to_the_next_at_once(
+    js: JetStreamContext,
+) -> None:
+    """An agent that stops gives its held deliveries back (nak) for the next agent, while a
+    pull request of its own may still be open on the server. ``hand_back`` stops the
+    subscription first, so the server sends them to the next reader, not into that request."""
+    await ensure_site_consumers(js, SITE)
+    assert XFER.ack_wait_s >= 60  # what a nak delivered to nobody waits for
+
+    # The order hand_back avoids: the nak reaches the server while the inbox is still
+    # subscribed, and the message goes back into the stopping reader's open request.
+    reader, lost, still_open = await _hold_one(js)
+    await lost.nak()
+    await asyncio.sleep(0.3)
+    await reader.stop()
+    still_open.cancel()
+    assert await _next_reader_gets(js, timeout_s=3) == []
+
+    reader, held, still_open = await _hold_one(js)
+    try:
+        await hand_back(reader, [held], "test")
+    finally:
+        still_open.cancel()
+    again = await _next_reader_gets(js, timeout_s=10)
+    assert [m.subject for m in again] == [held.subject]
+    assert again[0].metadata.num_delivered == 2

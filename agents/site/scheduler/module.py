@@ -52,6 +52,7 @@ from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import (
     PullLoop,
     each_message,
+    hand_back,
     pull_consumer,
     settle_delivery,
     stream_seq,
@@ -130,9 +131,8 @@ class PilotScheduler:
         try:
             await work_and_tick(pulling, handle, self.sync, self._cfg.sync_interval_s, stop)
         finally:
-            await self._hand_back()
-            with contextlib.suppress(nats.errors.Error):
-                await sub.stop()
+            await hand_back(sub, self._held(), "scheduler")
+            self.tracked.clear()
             log.info("scheduler stops: %s", self.stats)
 
     async def _deliver(self, msg: Any) -> None:
@@ -157,12 +157,9 @@ class PilotScheduler:
         else:
             await self._on_deletion(event, msg)
 
-    async def _hand_back(self) -> None:
-        """Stopping: the held requests go back to the server for the next agent, at once."""
-        for tracked in self.tracked.values():
-            if tracked.msg is not None:
-                await settle_delivery(tracked.msg.nak(), "scheduler")
-        self.tracked.clear()
+    def _held(self) -> list[Any]:
+        """The deliveries of the requests this agent follows: given back when it stops."""
+        return [tracked.msg for tracked in self.tracked.values() if tracked.msg is not None]
 
     # --- requests ---------------------------------------------------------------------------
 

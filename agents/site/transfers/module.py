@@ -50,6 +50,7 @@ from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import (
     PullLoop,
     each_message,
+    hand_back,
     pull_consumer,
     settle_delivery,
     stream_seq,
@@ -164,11 +165,8 @@ class TransferModule:
         try:
             await work_and_tick(pulling, handle, self.cycle, self._cfg.poll_interval_s, stop)
         finally:
-            for held in self.held.values():
-                await settle_delivery(held.msg.nak(), "transfers")
+            await hand_back(sub, [held.msg for held in self.held.values()], "transfers")
             await asyncio.to_thread(self.backends.close)
-            with contextlib.suppress(nats.errors.Error):
-                await sub.stop()
             log.info("transfers stop: %s", self.stats)
 
     async def deliver(self, msg: Any) -> None:
