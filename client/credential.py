@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from lodestream.client.errors import WatchError
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 
 if TYPE_CHECKING:
     from lodestream.client.sdk import LodeClient

@@ -1,4 +1,7 @@
-"""NATS user public keys, checked the way nats-server checks them (checksum included).
+"""NATS user nkeys: a site's seed and public key, and the check nats-server applies to a key.
+
+Kept light (no event models, no NATS client): ``lode`` imports it at every start, for the
+monitoring credential.
 
 A key that merely looks right (``U`` and 55 base32 letters) but whose CRC-16
 does not match is refused by nats-server when it loads its configuration, so
@@ -10,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import re
+import secrets
 from typing import Annotated, Final
 
 import nkeys
@@ -19,6 +23,18 @@ USER_PUBLIC_KEY_PATTERN: Final = r"^U[A-Z2-7]{55}$"
 USER_PUBLIC_KEY_FORMAT: Final = "nkey-user"  # JSON Schema "format": the checksum is part of it
 _USER_PUBLIC_KEY_RE: Final = re.compile(USER_PUBLIC_KEY_PATTERN)
 _CRC_BYTES: Final = 2
+
+
+def new_user_seed() -> bytes:
+    """A fresh nkey user seed (``SU…``). Sites call this; the seed never leaves the site."""
+    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+    return seed
+
+
+def user_public_key(seed: bytes) -> str:
+    """The public key (``U…``) a site registers with the control plane for ``seed``."""
+    public: bytes = nkeys.from_seed(bytearray(seed)).public_key
+    return public.decode()
 
 
 def check_user_public_key(key: str) -> str:

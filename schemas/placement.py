@@ -9,22 +9,12 @@ themselves are pure functions in ``services/api/placement.py``.
 
 from __future__ import annotations
 
-from typing import Final, Literal
-
 from pydantic import Field, model_validator
 
 from lodestream.schemas.envelope import EventData
 from lodestream.schemas.resources import INT64_MAX
+from lodestream.schemas.strategies import Strategy
 from lodestream.schemas.subjects import SiteSlug
-
-AUTO_SITE: Final = "auto"
-"""The site name a submission gives to let the API choose; no site may be registered so."""
-
-RESERVED_SITE_NAMES: Final = frozenset({AUTO_SITE})
-
-Strategy = Literal["round_robin", "shortest_backlog", "fastest_eta"]
-STRATEGIES: Final[tuple[Strategy, ...]] = ("round_robin", "shortest_backlog", "fastest_eta")
-DEFAULT_STRATEGY: Final[Strategy] = "shortest_backlog"
 
 
 class SiteFigures(EventData):

@@ -10,9 +10,9 @@ from typing import Any
 
 from lodestream.agents.site.scheduler.template import DEFAULT_TEMPLATE
 from lodestream.agents.site.settings import SiteSettings
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.errors import SubjectError
-from lodestream.schemas.placement import AUTO_SITE, RESERVED_SITE_NAMES
+from lodestream.schemas.nkey import new_user_seed, user_public_key
+from lodestream.schemas.strategies import AUTO_SITE, RESERVED_SITE_NAMES
 from lodestream.schemas.subjects import check_site
 
 EXAMPLE_APPS = Path(__file__).resolve().parent / "apps" / "examples"

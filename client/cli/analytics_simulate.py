@@ -16,7 +16,7 @@ from rich.table import Table
 
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, print_error
 from lodestream.client.cli.filters import parse_since
-from lodestream.schemas.placement import STRATEGIES
+from lodestream.schemas.strategies import STRATEGIES
 
 # The model is imported when the command runs: every `lode` command imports this module
 # to register it, and the analytics package took about half a second of each one's start.

@@ -19,9 +19,11 @@ from rich.text import Text
 
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console
 from lodestream.client.cli.filters import parse_since, parse_states
-from lodestream.schemas.events.job import JOB_EVENTS
+from lodestream.schemas.states import TRANSITIONS
 
-EVENT_TYPES: Final = tuple(str(e.model_fields["type"].default) for e in JOB_EVENTS)
+# The state machine's table names every job event type (tests/unit/test_state_machine.py), without
+# the event models, which every `lode` start would import with this module.
+EVENT_TYPES: Final = tuple(TRANSITIONS)
 
 
 @dataclass(frozen=True, slots=True)

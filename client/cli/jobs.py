@@ -29,7 +29,7 @@ from lodestream.client.cli.filters import (
 )
 from lodestream.client.cli.transfers import transfers_table
 from lodestream.client.sdk import LodeClient
-from lodestream.schemas.placement import DEFAULT_STRATEGY, STRATEGIES
+from lodestream.schemas.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 job_app = typer.Typer(help="Submit, list and inspect jobs.")
 

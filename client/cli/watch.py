@@ -14,7 +14,7 @@ import warnings
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import typer
 from rich.console import Group
@@ -30,8 +30,10 @@ from lodestream.client.cli.monitoring import (
     monitor_access,
 )
 from lodestream.client.errors import CredentialRevoked, WatchError, WatchNotice
-from lodestream.client.live import LiveView, SiteLive
-from lodestream.client.watch import Since, Watch, Watched, watch
+
+if TYPE_CHECKING:
+    from lodestream.client.live import LiveView
+    from lodestream.client.watch import Since, Watch, Watched
 
 REFRESH_S: Final = 0.25
 NEW_KEY_GRACE_S: Final = 15.0  # the control plane applies a new key within a few seconds
@@ -49,6 +51,10 @@ def watch_command(
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Watch your sites live: backlog, running, done per second, recent failures."""
+    # Imported here, not at the top: the NATS client takes a sixth of a second to import,
+    # and every `lode` start builds the whole command tree (tests/unit/test_cli_startup.py).
+    from lodestream.client.watch import watch  # noqa: PLC0415
+
     start = _parse_since(since)
     access = monitor_access(state_dir, credential_file, nats_url, ca_file, renew=new_credential)
     credential, fresh = access.credential, access.fresh
@@ -67,6 +73,8 @@ def watch_command(
 
 
 async def _show(make: Callable[[], Watch], *, grace_s: float) -> None:
+    from lodestream.client.live import LiveView, SiteLive  # noqa: PLC0415 - see watch_command
+
     deadline = time.monotonic() + grace_s
     while True:  # a key registered a moment ago may not be applied yet
         w = make()

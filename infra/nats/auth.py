@@ -33,8 +33,6 @@ import secrets
 from collections.abc import Collection, Mapping, Sequence
 from typing import Final
 
-import nkeys
-
 from lodestream.infra.nats.monitor import MonitorKey, monitor_permissions
 from lodestream.schemas.nkey import check_user_public_key
 from lodestream.schemas.subjects import EVENTS_STREAM, check_site, type_filter
@@ -51,18 +49,6 @@ Permissions = dict[str, dict[str, list[str]]]
 def new_password() -> str:
     """A control-plane password; generate it once and keep it with the server's state."""
     return secrets.token_urlsafe(32)
-
-
-def new_user_seed() -> bytes:
-    """A fresh nkey user seed (``SU…``). Sites call this; the seed never leaves the site."""
-    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
-    return seed
-
-
-def user_public_key(seed: bytes) -> str:
-    """The public key (``U…``) a site registers with the control plane for ``seed``."""
-    public: bytes = nkeys.from_seed(bytearray(seed)).public_key
-    return public.decode()
 
 
 def site_inbox_prefix(site: str) -> str:

@@ -35,8 +35,8 @@ from lodestream.schemas.events.scaler import (
     WindowData,
 )
 from lodestream.schemas.nkey import UserPublicKey
-from lodestream.schemas.placement import AUTO_SITE, DEFAULT_STRATEGY, RESERVED_SITE_NAMES, Strategy
 from lodestream.schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH
+from lodestream.schemas.strategies import AUTO_SITE, DEFAULT_STRATEGY, RESERVED_SITE_NAMES, Strategy
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN, check_site
 
 TOO_MANY_JOBS: Final = "too_many_jobs"

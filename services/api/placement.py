@@ -21,7 +21,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from lodestream.schemas.placement import SiteChoice, SiteFigures, Strategy
+from lodestream.schemas.placement import SiteChoice, SiteFigures
+from lodestream.schemas.strategies import Strategy
 
 THROUGHPUT_WINDOW_S: Final = 600.0
 THROUGHPUT_FLOOR_PER_S: Final = 1 / 3600  # one job an hour: what an unmeasured site is taken for

@@ -18,8 +18,8 @@ from typing import Any
 
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import keyed_id, uuid7, uuid7s
-from lodestream.schemas.placement import AUTO_SITE, DEFAULT_STRATEGY
 from lodestream.schemas.states import CREATED_RUNNABLE
+from lodestream.schemas.strategies import AUTO_SITE, DEFAULT_STRATEGY
 from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
 from lodestream.services.api.models import JobSubmission, SubmitRequest
 from lodestream.services.api.placement import Placer, SiteLoad

@@ -15,9 +15,9 @@ import httpx
 import pytest
 
 from lodestream.eventlog import EventLog
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import uuid7
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.resources import (
     MAX_PARENTS,
     NUL_FREE_PATTERN,

@@ -33,10 +33,9 @@ from schemathesis.specs.openapi.checks import (
 from schemathesis.specs.openapi.formats import unregister_string_format
 from sqlalchemy import Engine, text
 
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.events.xfer import TransferSubmittedData
 from lodestream.schemas.ids import uuid7
-from lodestream.schemas.nkey import USER_PUBLIC_KEY_FORMAT
+from lodestream.schemas.nkey import USER_PUBLIC_KEY_FORMAT, new_user_seed, user_public_key
 from lodestream.schemas.resources import App, AppParameter
 from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.api import ApiHarness, served

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 
 from lodestream.eventlog import EventLog
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.events import ScalerBacklog, ScalerDecided
 from lodestream.schemas.events.scaler import (
     ScalerBacklogData,
@@ -14,6 +13,7 @@ from lodestream.schemas.events.scaler import (
     scaler_id,
 )
 from lodestream.schemas.ids import derived_id
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.resources import App, AppParameter
 from tests.fixtures.api import ApiHarness
 

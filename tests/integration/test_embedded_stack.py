@@ -21,8 +21,8 @@ import httpx
 import psycopg
 import pytest
 
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.infra.postgres.hba import trusts
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from tests.fixtures.ports import free_port
 from tests.fixtures.postgres import postgres_tempdir
 

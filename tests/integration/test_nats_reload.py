@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from lodestream.infra.nats.auth import new_user_seed, render_authorization, user_public_key
+from lodestream.infra.nats.auth import render_authorization
 from lodestream.infra.nats.errors import ReloadError
 from lodestream.infra.nats.server import RELOAD_FAILED, NatsServer
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from tests.fixtures.nats import SecureNats, connect_site, write_seed
 
 # Matches the pattern of an nkey user public key, but its checksum is wrong.

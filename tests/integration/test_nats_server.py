@@ -19,12 +19,12 @@ from nats.js.errors import APIError as JsApiError
 from nats.js.errors import NoStreamResponseError
 
 from lodestream.eventlog.streams import ensure_streams
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.infra.nats.cluster import cluster_configs
 from lodestream.infra.nats.config import NatsServerConfig
 from lodestream.infra.nats.errors import ReloadError, ServerStartError
 from lodestream.infra.nats.server import NatsServer
 from lodestream.natsconn import connect
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_IN_STREAM, HB_STREAM
 from tests.fixtures.nats import RunningNats, SecureNats, connect_site, write_seed
 from tests.fixtures.ports import free_port

@@ -34,18 +34,13 @@ from nats.js.errors import NotFoundError
 from pydantic import SecretStr
 
 from lodestream.eventlog.streams import ensure_streams
-from lodestream.infra.nats.auth import (
-    CONTROL_USER,
-    new_password,
-    new_user_seed,
-    render_authorization,
-    user_public_key,
-)
+from lodestream.infra.nats.auth import CONTROL_USER, new_password, render_authorization
 from lodestream.infra.nats.config import NatsServerConfig
 from lodestream.infra.nats.leaf import HUB_DOMAIN
 from lodestream.infra.nats.server import NatsServer
 from lodestream.infra.nats.tls import ensure_local_ca
 from lodestream.infra.postgres.server import EmbeddedPostgres
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.topology import SITE_CONSUMERS
 from lodestream.services.api.users import create_user

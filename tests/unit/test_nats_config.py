@@ -13,13 +13,11 @@ from cryptography import x509
 
 from lodestream.infra.nats.auth import (
     new_password,
-    new_user_seed,
     render_authorization,
     site_consumers,
     site_event_subjects,
     site_inbox_prefix,
     site_permissions,
-    user_public_key,
 )
 from lodestream.infra.nats.cluster import cluster_configs, example_configs, render_cluster_configs
 from lodestream.infra.nats.config import NatsServerConfig, render_config
@@ -28,6 +26,7 @@ from lodestream.infra.nats.server import find_binary
 from lodestream.infra.nats.tls import ensure_local_ca
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.errors import SubjectError
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.trust import WRITERS
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "infra" / "nats" / "examples" / "cluster"

@@ -18,7 +18,7 @@ from lodestream.client.analytics.simulate.model import (
     io_s,
 )
 from lodestream.client.analytics.simulate.storage import SharedStorage
-from lodestream.schemas.placement import STRATEGIES
+from lodestream.schemas.strategies import STRATEGIES
 
 
 def job(arrival: float = 0.0, compute: float = 1.0, **costs: float) -> JobTrace:

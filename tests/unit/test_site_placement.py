@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from lodestream.schemas.codec import decode, encode
 from lodestream.schemas.events import JobCreated
-from lodestream.schemas.placement import SiteChoice, SiteFigures, Strategy
+from lodestream.schemas.placement import SiteChoice, SiteFigures
+from lodestream.schemas.strategies import Strategy
 from lodestream.services.api import submit
 from lodestream.services.api.errors import InvalidInput
 from lodestream.services.api.models import SiteCreate, SubmitRequest

@@ -8,15 +8,14 @@ import pytest
 
 from lodestream.eventlog.consumers import consumer_config
 from lodestream.infra.nats.auth import (
-    new_user_seed,
     render_authorization,
     site_consumers,
     site_inbox_prefix,
     site_permissions,
-    user_public_key,
 )
 from lodestream.schemas.codec import EVENT_CLASSES
 from lodestream.schemas.errors import SubjectError
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.states import CREATED_RUNNABLE, RUNNABLE, TRANSITIONS
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.topology import (

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from lodestream.infra.nats.auth import new_user_seed, user_public_key
 from lodestream.schemas.codec import encode
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
@@ -30,6 +29,7 @@ from lodestream.schemas.events.scaler import (
 )
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.events.site import SiteKeyData
+from lodestream.schemas.nkey import new_user_seed, user_public_key
 from lodestream.schemas.placement import SiteChoice, SiteFigures
 from lodestream.schemas.resources import App, JobSpec
 from lodestream.schemas.trust import (

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 
 from lodestream.client.analytics.simulate.errors import BadScenario
-from lodestream.schemas.placement import STRATEGIES, Strategy
+from lodestream.schemas.strategies import STRATEGIES, Strategy
 
 
 def amdahl_s(one_node_s: float, parallel_fraction: float, nodes: int) -> float:
