@@ -25,7 +25,6 @@ The machine is shared: every figure is one run's, on whatever the others left fr
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import json
 import pstats
@@ -43,6 +42,7 @@ from bench.append import Appender
 from bench.stack import free_port
 from bench.stats import profile_summary
 from bench.summary import row
+from lodestream import aio
 from lodestream.client.analytics.figures.latency import StageTable
 from lodestream.client.analytics.fold import TimelineFold
 from lodestream.client.analytics.intake import IntakeReport, accept
@@ -202,7 +202,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-analytics-") as tmp:
-        figures = asyncio.run(main_async(args, Path(tmp)))
+        figures = aio.run(main_async(args, Path(tmp)))
     record = {"bench": "analytics", "at": datetime.now(UTC).isoformat(),
               "args": vars(args) | {"out": str(args.out)}, "machine": machine_facts(),
               **figures}  # fmt: skip

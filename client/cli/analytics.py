@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 import typer
 
+from lodestream import aio
 from lodestream.client.cli.analytics_simulate import simulate
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, parse_pairs, print_error
 from lodestream.client.cli.filters import parse_since
@@ -136,11 +137,11 @@ def _load(
         return load_file(from_file, selection)
     if control_plane:
         settings = _control_settings(state_dir)
-        return asyncio.run(_on_control_plane(settings, lambda nc: load_stream_parallel(
+        return aio.run(_on_control_plane(settings, lambda nc: load_stream_parallel(
             nc, selection, workers=workers)))  # fmt: skip
     access = monitor_access(state_dir, *credential)
     sites = check_sites(sorted(selection.sites), access.sites)
-    return asyncio.run(_with_grace(access.fresh, lambda: load_watch(
+    return aio.run(_with_grace(access.fresh, lambda: load_watch(
         access.credential, sites, selection, log_end=access.log_end)))  # fmt: skip
 
 
@@ -249,13 +250,13 @@ def export_command(
     try:
         if control_plane:
             settings = _control_settings(state_dir)
-            written = asyncio.run(
+            written = aio.run(
                 _on_control_plane(settings, lambda nc: export_stream(nc, selection, out))
             )
         else:
             access = monitor_access(state_dir, credential_file, nats_url, ca_file)
             sites = check_sites(sorted(selection.sites), access.sites)
-            written = asyncio.run(_with_grace(access.fresh, lambda: export_watch(
+            written = aio.run(_with_grace(access.fresh, lambda: export_watch(
                 access.credential, sites, selection, out, log_end=access.log_end)))  # fmt: skip
     except LodeClientError as exc:
         print_error(exc)

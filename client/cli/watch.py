@@ -21,6 +21,7 @@ from rich.console import Group
 from rich.live import Live
 from rich.table import Table
 
+from lodestream import aio
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
 from lodestream.client.cli.monitoring import (
     CA_FILE_OPTION,
@@ -64,7 +65,7 @@ def watch_command(
         return watch(credential, sites, since=start, log_end=access.log_end)
 
     try:
-        asyncio.run(_show(make, grace_s=NEW_KEY_GRACE_S if fresh else 0.0))
+        aio.run(_show(make, grace_s=NEW_KEY_GRACE_S if fresh else 0.0))
     except KeyboardInterrupt:
         return
     except WatchError as exc:
