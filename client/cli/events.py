@@ -21,8 +21,8 @@ from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console
 from lodestream.client.cli.filters import parse_since, parse_states
 from lodestream.schemas.states import TRANSITIONS
 
-# The state machine's table names every job event type (tests/unit/test_state_machine.py), without
-# the event models, which every `lode` start would import with this module.
+# The state machine's table names every job event type (a test checks it against the
+# event classes), without the event models, which every `lode` start would import here.
 EVENT_TYPES: Final = tuple(TRANSITIONS)
 
 
