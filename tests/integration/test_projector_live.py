@@ -104,7 +104,10 @@ async def test_a_batch_postgres_refuses_is_retried_and_what_came_meanwhile_appli
 ) -> None:
     caplog.set_level(logging.INFO, logger=CONSUMER_LOG)
     first = await append_jobs(js, 10, site=True)
-    async with running_projector(js, database_url):
+    # Pull requests that outlive the appends: while its first batch is retried the projector
+    # asks for nothing more, so with running_projector's 0.2 s requests, appends slower than
+    # that (a loaded machine) left the 500 events this test waits for undelivered.
+    async with running_projector(js, database_url, fetch_timeout_s=5.0):
         await wait_for_position(database_url, first)
         async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
             await conn.execute("ALTER TABLE rm.job_events RENAME TO job_events_away")

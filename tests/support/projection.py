@@ -43,11 +43,11 @@ async def wait_for_position(dsn: str, seq: int, timeout_s: float = 60.0) -> None
 
 @asynccontextmanager
 async def running_projector(
-    js: JetStreamContext, dsn: str, *, linger_s: float = 0.0
+    js: JetStreamContext, dsn: str, *, linger_s: float = 0.0, fetch_timeout_s: float = 0.2
 ) -> AsyncIterator[Projector]:
     projector = Projector(
         js, dsn, stream=EVENTS_STREAM, durable="projector", batch_size=500,
-        fetch_timeout_s=0.2, store=ProjectionStore(READ_SCHEMA), linger_s=linger_s,
+        fetch_timeout_s=fetch_timeout_s, store=ProjectionStore(READ_SCHEMA), linger_s=linger_s,
     )  # fmt: skip
     stop = asyncio.Event()
     task = asyncio.create_task(projector.run(stop))
