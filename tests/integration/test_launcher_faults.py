@@ -11,7 +11,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from nats.js import JetStreamContext
 
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
@@ -25,6 +24,7 @@ from tests.integration.test_launcher import (
     until_all,
 )
 from tests.support.builders import job_created, site_registered
+from tests.support.projection import wait_for_position
 from tests.support.site import secure_site_dir
 
 pytestmark = pytest.mark.slow
@@ -79,23 +79,6 @@ async def history(dsn: str, job_id: uuid.UUID) -> list[str]:
             "SELECT type FROM rm.job_events WHERE job_id = %s ORDER BY seq", (job_id,)
         )
         return [str(r[0]) for r in await cursor.fetchall()]
-
-
-async def until_projected(js: JetStreamContext, dsn: str, timeout_s: float) -> None:
-    """Until the projector has applied everything ``EVENTS`` holds now."""
-    last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
-    async with (
-        asyncio.timeout(timeout_s),
-        await psycopg.AsyncConnection.connect(dsn, autocommit=True) as conn,
-    ):
-        while True:
-            cursor = await conn.execute(
-                "SELECT seq FROM rm.projector_position WHERE stream = %s", (EVENTS_STREAM,)
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0] >= last:
-                return
-            await asyncio.sleep(0.05)
 
 
 async def until_history_has(dsn: str, job_id: uuid.UUID, event: str, timeout_s: float) -> None:
@@ -162,7 +145,8 @@ async def test_paused_launcher_is_fenced_and_kills_its_stale_task(
             stop(zombie)
         # The zombie has exited, so nothing more of it can reach the log: once the read
         # model has everything the log holds, the job's history is final.
-        await until_projected(js, database_url, timeout_s=30)
+        everything = (await js.stream_info(EVENTS_STREAM)).state.last_seq
+        await wait_for_position(database_url, everything, timeout_s=30)
     events = await history(database_url, job)
     assert events == ["job.created", "job.preprocessed", "job.started", "job.run_timed_out"]
     log = (tmp_path / "zombie.log").read_text()
