@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 STATE_DIR ?= .lode
 PYTEST_ARGS ?=
+# `make test` runs the suite on this many processes, then the tests marked `alone` one by one.
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 
@@ -87,11 +89,12 @@ fmt: $(STAMP) ## Format and auto-fix
 .PHONY: test
 test: $(STAMP) ## Lint, then the whole test suite against real nats-server and Postgres
 	$(MAKE) lint
-	$(BIN)/pytest -q $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not alone" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -m alone $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: PYTEST_ARGS left none
 
 .PHONY: test-fast
 test-fast: $(STAMP) ## Tests without the slow end-to-end and fault-injection ones
-	$(BIN)/pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest -q -n $(TEST_WORKERS) --dist loadgroup -m "not slow" $(PYTEST_ARGS)
 
 .PHONY: schemas
 schemas: $(STAMP) ## Regenerate schemas/json from the pydantic models

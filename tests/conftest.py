@@ -10,4 +10,5 @@ pytest_plugins = [
     "tests.fixtures.docker",
     "tests.fixtures.containers",
     "tests.fixtures.gcstate",
+    "tests.fixtures.workers",
 ]

@@ -40,6 +40,7 @@ from tests.fixtures.nats import SecureNats
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.alone,  # a benchmark: nothing else runs meanwhile
     pytest.mark.skipif(
         os.environ.get("LODE_CLUSTER_BENCH") != "1",
         reason="a benchmark: set LODE_CLUSTER_BENCH=1 (make bench-cluster)",

@@ -10,6 +10,9 @@ from lodestream.natsconn import connect
 from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.containers import ContainerCluster, PostgresContainer
 
+# With the fault tests, after the parallel part of `make test`: they share one dockerd.
+pytestmark = pytest.mark.alone
+
 
 async def test_cluster_takes_r3_streams_through_the_operator_settings(
     nats_cluster: ContainerCluster,
