@@ -37,6 +37,9 @@ def up(
     user: str | None = typer.Option(None, help="Local API user (default: your login name)."),
     nats_port: int = typer.Option(14222, help="NATS client port (loopback)."),
     websocket_port: int = typer.Option(14443, help="NATS wss:// port for sites (loopback)."),
+    monitor_port: int | None = typer.Option(
+        None, help="nats-server monitoring port (loopback); unset: the NATS port + 4000."
+    ),
     postgres_port: int = typer.Option(15432, help="Postgres port (loopback)."),
     api_port: int = typer.Option(8400, help="API port (loopback)."),
 ) -> None:
@@ -46,7 +49,7 @@ def up(
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     ports = StackPorts(
-        nats=nats_port, websocket=websocket_port, nats_http=nats_port + 4000,
+        nats=nats_port, websocket=websocket_port, nats_http=monitor_port or nats_port + 4000,
         postgres=postgres_port, api=api_port,
     )  # fmt: skip
     stack = EmbeddedStack(state_dir, ports)

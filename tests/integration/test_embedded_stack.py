@@ -29,12 +29,23 @@ from tests.fixtures.postgres import postgres_tempdir
 pytestmark = pytest.mark.slow
 
 
-def lode_up(state: Path, ports: dict[str, int], *extra: str) -> subprocess.CompletedProcess[str]:
-    argv = [
+def stack_ports() -> dict[str, int]:
+    """Every port `lode up` listens on, each a free one (monitoring too: its default, the NATS
+    port + 4000, is a port no one reserved)."""
+    return {name: free_port() for name in ("nats", "ws", "monitor", "pg", "api")}
+
+
+def up_argv(state: Path, ports: dict[str, int]) -> list[str]:
+    return [
         sys.executable, "-m", "lodestream.client.cli.main", "up", "--state-dir", str(state),
         "--nats-port", str(ports["nats"]), "--websocket-port", str(ports["ws"]),
-        "--postgres-port", str(ports["pg"]), "--api-port", str(ports["api"]), *extra,
+        "--monitor-port", str(ports["monitor"]),
+        "--postgres-port", str(ports["pg"]), "--api-port", str(ports["api"]),
     ]  # fmt: skip
+
+
+def lode_up(state: Path, ports: dict[str, int], *extra: str) -> subprocess.CompletedProcess[str]:
+    argv = [*up_argv(state, ports), *extra]
     env = {**os.environ, "COLUMNS": "200"}  # one table row per line, whatever the terminal
     return subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False, env=env)
 
@@ -45,8 +56,7 @@ def test_lode_up_runs_the_demo_and_a_second_start_keeps_everything() -> None:
 
 
 def run_twice(state: Path) -> None:
-    ports = {"nats": free_port(), "ws": free_port(), "pg": free_port(), "api": free_port()}
-    # Monitoring listens on nats + 4000; keep it clear of the others.
+    ports = stack_ports()
     first = lode_up(state, ports, "--demo", "--demo-jobs", "12", "--exit-after-demo")
     assert first.returncode == 0, first.stdout + first.stderr
     assert re.search(r"JOB_FINISHED\s*│\s*15\b", first.stdout)  # 12 eigh jobs + 3-job DAG
@@ -55,11 +65,8 @@ def run_twice(state: Path) -> None:
 
     # Second start: same token, same jobs, the site's credential still accepted.
     second = subprocess.Popen(
-        [sys.executable, "-m", "lodestream.client.cli.main", "up", "--state-dir", str(state),
-         "--nats-port", str(ports["nats"]), "--websocket-port", str(ports["ws"]),
-         "--postgres-port", str(ports["pg"]), "--api-port", str(ports["api"])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        up_argv(state, ports), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
     try:
         headers = {"Authorization": f"Bearer {client['token']}"}
         url = f"http://127.0.0.1:{ports['api']}"
@@ -92,16 +99,13 @@ class LodeUp:
 
     def __init__(self, state: Path) -> None:
         self.state = state
-        self.ports = {"nats": free_port(), "ws": free_port(), "pg": free_port(), "api": free_port()}
+        self.ports = stack_ports()
         self.api_url = f"http://127.0.0.1:{self.ports['api']}"
         self.proc: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "lodestream.client.cli.main", "up",
-             "--state-dir", str(self.state),
-             "--nats-port", str(self.ports["nats"]), "--websocket-port", str(self.ports["ws"]),
-             "--postgres-port", str(self.ports["pg"]), "--api-port", str(self.ports["api"])],
+            up_argv(self.state, self.ports),
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.wait_for(lambda: self.ready() and (self.state / "status.json").exists(), "start")
@@ -138,7 +142,8 @@ class LodeUp:
         while not condition():
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"lode up exited while waiting for {what}")
+                out, _ = self.proc.communicate()
+                raise AssertionError(f"lode up exited while waiting for {what}:\n{out}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"gave up waiting for {what}: {self.status()}")
             time.sleep(0.1)
