@@ -13,10 +13,11 @@ import asyncio
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
-from nats.js.api import PubAck
+from nats.js.api import PubAck, RawStreamMsg
 from nats.js.errors import APIError, NoStreamResponseError
 
 from lodestream.eventlog.errors import AppendError, ConflictError, EventLogError
@@ -163,13 +164,52 @@ class EventLog:
         """
         if conflict.actual is None:
             return None
-        seq = await appended_seq(self._js, event)
+        seq = await appended_seq(self._js, event, newest_at_least=conflict.actual)
         return Appended(event, seq, duplicate=True) if seq is not None else None
 
 
-async def appended_seq(js: JetStreamContext, event: Event) -> int | None:
+async def appended_seq(
+    js: JetStreamContext, event: Event, *, newest_at_least: int | None = None
+) -> int | None:
     """The stream sequence at which ``event`` itself was appended, if it is the newest
-    message on its subject (None if it is not, or the server cannot say now)."""
+    message on its subject (None if it is not, or the server cannot say now).
+
+    ``newest_at_least``: the aggregate's newest sequence, as a conflict named it. Direct gets
+    are answered by any replica, and one that was cut off answers from what it has stored
+    while it catches up: in a partition test a lease that had landed was reported as lost by
+    such a replica, and its job stayed RUNNING under a pilot that never ran it. So a "no" counts
+    only from a replica that holds the aggregate up to that sequence; one behind it is asked
+    again, for about 3 s, before the answer is "no".
+    """
+    if newest_at_least is None:
+        return await _newest_on_subject(js, event)
+    for wait_s in (*_CATCH_UP_WAITS_S, None):
+        newest = await _newest_of_aggregate(js, event)
+        if newest is not None and (newest.headers or {}).get(H_MSG_ID) == str(event.id):
+            return int(newest.seq or 0)
+        if newest is not None and (newest.seq or 0) >= newest_at_least:
+            # This replica has the conflict's sequence: ours is older, or it never landed.
+            return await _newest_on_subject(js, event)
+        if wait_s is None:
+            return None
+        await asyncio.sleep(wait_s)
+    return None
+
+
+# How long a check waits between asking a replica that is behind the conflict it is asked about.
+_CATCH_UP_WAITS_S: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
+
+
+async def _newest_of_aggregate(js: JetStreamContext, event: Event) -> RawStreamMsg | None:
+    """The newest message of ``event``'s aggregate, whatever its type (None: none, or the
+    server cannot say now)."""
+    try:
+        return await js.get_msg(EVENTS_STREAM, subject=event.aggregate_subjects, direct=True)
+    except (APIError, NatsTimeoutError):
+        return None
+
+
+async def _newest_on_subject(js: JetStreamContext, event: Event) -> int | None:
     try:
         # The newest message on the event's own subject (its type, at its aggregate), asked
         # by subject: a site may direct-get only its own subjects
