@@ -49,6 +49,8 @@ __all__ = [
 
 WRONG_LAST_SEQUENCE = 10071
 _ACTUAL_SEQ = re.compile(r"(\d+)\s*$")
+# The pauses of appended_seq between asks of a replica behind the conflict (about 3 s in all).
+_CATCH_UP_WAITS_S: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,10 +196,6 @@ async def appended_seq(
             return None
         await asyncio.sleep(wait_s)
     return None
-
-
-# How long a check waits between asking a replica that is behind the conflict it is asked about.
-_CATCH_UP_WAITS_S: Final = (0.05, 0.1, 0.2, 0.4, 0.8, 1.6)
 
 
 async def _newest_of_aggregate(js: JetStreamContext, event: Event) -> RawStreamMsg | None:
