@@ -48,8 +48,9 @@ def up(
     from lodestream.services.embedded import EmbeddedStack, StackPorts  # noqa: PLC0415
 
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    monitor = nats_port + 4000 if monitor_port is None else monitor_port
     ports = StackPorts(
-        nats=nats_port, websocket=websocket_port, nats_http=monitor_port or nats_port + 4000,
+        nats=nats_port, websocket=websocket_port, nats_http=monitor,
         postgres=postgres_port, api=api_port,
     )  # fmt: skip
     stack = EmbeddedStack(state_dir, ports)

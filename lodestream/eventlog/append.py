@@ -163,9 +163,9 @@ class EventLog:
         retried CAS append reports a conflict. If the aggregate's newest event
         carries our ``Nats-Msg-Id``, the append did happen: report it as a
         duplicate, which also makes retries safe after the duplicate window.
+        Callers need not ask again: a conflict this returns None for is not theirs.
         """
-        if conflict.actual is None:
-            return None
+        # A conflict that names no sequence can still be told ours, but not waited on.
         seq = await appended_seq(self._js, event, newest_at_least=conflict.actual)
         return Appended(event, seq, duplicate=True) if seq is not None else None
 

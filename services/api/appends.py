@@ -18,10 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nats.js import JetStreamContext
-
 from lodestream.eventlog import Appended, ConflictError, EventLog
-from lodestream.eventlog.append import appended_seq
 from lodestream.eventlog.wire import Outgoing
 from lodestream.schemas.envelope import Event
 from lodestream.services.api.errors import TooLarge
@@ -62,22 +59,18 @@ def ensure_fits(event: Event, expect: int | None, limit: int) -> None:
         )
 
 
-async def append_created(
-    log: EventLog, js: JetStreamContext, messages: Sequence[Outgoing]
-) -> list[Accepted | Refused]:
+async def append_created(log: EventLog, messages: Sequence[Outgoing]) -> list[Accepted | Refused]:
     """Append ``messages`` (each creating a new aggregate, ``expect=0``) pipelined; one
-    outcome per message."""
+    outcome per message. A retry of one that had landed comes back as an :class:`Appended`
+    duplicate (the log recognises it), so a conflict here is another event's."""
     outcomes: list[Accepted | Refused] = []
     for result in await log.append_batch(messages):
         event = result.event
         if isinstance(result, Appended):
             outcomes.append(Accepted(event.aggregate_id, result.seq, result.duplicate))
         elif isinstance(result.error, ConflictError):
-            seq = await appended_seq(js, event)
             outcomes.append(
-                Accepted(event.aggregate_id, seq, duplicate=True)
-                if seq is not None
-                else Refused(event.aggregate_id, f"{event.kind} {event.aggregate_id} exists", True)
+                Refused(event.aggregate_id, f"{event.kind} {event.aggregate_id} exists", True)
             )
         else:
             outcomes.append(Refused(event.aggregate_id, str(result.error), conflict=False))

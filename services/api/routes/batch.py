@@ -25,7 +25,6 @@ from sqlalchemy import RowMapping
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from lodestream.eventlog import ConflictError
-from lodestream.eventlog.append import appended_seq
 from lodestream.schemas.batch import FINAL_BATCH_STATES, next_batch_state, request_batch_job
 from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events import BatchJobDeletionRequested
@@ -91,14 +90,11 @@ async def request_pilot(
         site, body.request(), actor=submit.actor(user), batch_id=batch_id, event_id=event_id
     )
     appends.ensure_fits(event, 0, ctx.nc.max_payload)
-    try:
+    try:  # a retry of one that had landed is a duplicate: the log recognises it
         appended = await ctx.log.append(event, expect=0)
-        seq, duplicate = appended.seq, appended.duplicate
     except ConflictError as exc:
-        first = await appended_seq(ctx.js, event)
-        if first is None:
-            raise Conflict(f"batch job {event.aggregate_id} exists") from exc
-        seq, duplicate = first, True
+        raise Conflict(f"batch job {event.aggregate_id} exists") from exc
+    seq, duplicate = appended.seq, appended.duplicate
     accepted = BatchJobAccepted(
         id=event.aggregate_id, site=site, state="requested", seq=seq, duplicate=duplicate
     )

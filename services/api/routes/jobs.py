@@ -114,7 +114,7 @@ async def submit_jobs(
     # Encoded once: measured against max_payload, then sent as measured.
     messages = [Outgoing.of(event, 0) for event in plan.to_append]
     _ensure_fit(messages, ids, ctx.nc.max_payload)
-    outcomes = iter(await appends.append_created(ctx.log, ctx.js, messages))
+    outcomes = iter(await appends.append_created(ctx.log, messages))
     results: list[Accepted | Refused] = [
         Accepted(ids[i], plan.already[i].created_seq, True) if i in plan.already else next(outcomes)
         for i in range(len(ids))
