@@ -10,6 +10,10 @@ reaches NATS or opens a session:
 * an app launcher whose executable (``mpiexec``, ``srun``, ...) is not on PATH;
 * ``serial_workers: mpi4py`` without mpi4py, or without an MPI launcher to start the ranks.
 
+``srun`` gets its ``--mpi`` (PMI plugin) from ``launcher.srun_mpi`` or the machine's
+``srun_mpi``: without it a cluster whose ``MpiDefault`` is none starts each rank of an MPI job
+as a world of one.
+
 Modes (docs/platforms.md, "Pilot modes"):
 
 * ``serial``: single-rank jobs only; MPI jobs are left to the site's mpi-mode pilots. One
@@ -26,6 +30,7 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Final
 
 from lodestream.agents.launcher.decide import SiteShape
 from lodestream.agents.launcher.errors import PilotRefused
@@ -38,6 +43,7 @@ from lodestream.platform_adapters.errors import PlatformError
 from lodestream.platform_adapters.launchers.base import AppLauncher
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
 from lodestream.platform_adapters.launchers.registry import get_launcher
+from lodestream.platform_adapters.launchers.srun import SrunLauncher
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +90,8 @@ def plan_pilot(
         )  # fmt: skip
     except PlatformError as exc:
         raise PilotRefused(str(exc)) from exc
+    if isinstance(app_launcher, SrunLauncher):
+        app_launcher.mpi = srun_mpi(cfg.srun_mpi, machine)
     is_mpi = isinstance(app_launcher, MpiLauncher)
     workers = mode == "serial" and cfg.serial_workers == "mpi4py" and len(nodes) > 1
     if mode == "mpi" and not is_mpi:
@@ -112,6 +120,17 @@ def plan_pilot(
         site_shape=site_shape(machine, nodes), base_env=job_environment(env),
         mpi4py_workers=workers,
     )  # fmt: skip
+
+
+SRUN_DEFAULT_MPI: Final = "default"
+"""``launcher.srun_mpi: default``: no ``--mpi``, whatever the cluster's MpiDefault is."""
+
+
+def srun_mpi(setting: str | None, machine: Machine) -> str | None:
+    """srun's ``--mpi`` for the site's jobs: the site's setting, else the machine's; None
+    leaves it to the cluster's ``MpiDefault``."""
+    chosen = setting if setting is not None else machine.srun_mpi
+    return None if chosen == SRUN_DEFAULT_MPI else chosen
 
 
 def site_shape(machine: Machine, nodes: tuple[NodeSpec, ...]) -> SiteShape:

@@ -13,6 +13,7 @@
       machine: local             # or polaris, frontier, ...; or the path of a description
       virtual_nodes: 1
       mode: serial               # or mpi: every job through the app launcher (mpiexec, srun)
+      srun_mpi: pmi2             # srun's --mpi (PMI) for MPI jobs; default: the machine's
       serial_workers: none       # or mpi4py: serial mode with one worker rank per node
       cache_bytes: 0             # node-local caches of cacheable inputs, bytes per node (0: off)
       cache_dir: cache           # below the site directory, or an absolute path ($TMPDIR's)
@@ -60,6 +61,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
+from lodestream.platform_adapters.compute.machine import SRUN_MPI_PATTERN
 from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SchedulerWord
 from lodestream.schemas.events.scaler import ScalerLimits
 from lodestream.schemas.resources import PRINTABLE_PATTERN, LocationName, LocationUrl
@@ -114,6 +116,9 @@ class LauncherSettings(_Strict):
     machine: str = Field("local", min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f]+$")
     # None: the machine's own launcher.
     app_launcher: AppLauncherName | None = None
+    # srun's --mpi plugin for the site's jobs (pmi2, pmix, ...), over the machine's srun_mpi;
+    # `default`: pass none, the cluster's MpiDefault. None: the machine's.
+    srun_mpi: str | None = Field(None, pattern=SRUN_MPI_PATTERN)
     # Further options (names without dashes) a job's launch_params may pass to the launcher.
     allow_launch_options: tuple[str, ...] = ()
     max_fetch: int = Field(256, ge=1, le=10_000)

@@ -17,7 +17,9 @@ gives the batch job; app launchers read it for CPU numbering and the GPU visibil
       reserved_cores: []        # cores the system keeps (never handed to jobs)
       gpus: {kind: nvidia, count: 4}
 
-``cores: null`` means "whatever the allocation reports" (a generic cluster). Core ids are
+A machine whose launcher is ``srun`` also says which PMI its MPI jobs need (``srun_mpi:
+pmi2``; a site's ``launcher.srun_mpi`` overrides it). ``cores: null`` means "whatever the
+allocation reports" (a generic cluster). Core ids are
 ``0 .. cores-1``; hardware thread ``t`` of core ``c`` is logical CPU ``c + t * cores``
 (``cpu_numbering: stride``, as Linux numbers x86 nodes) or ``c * threads_per_core + t``
 (``adjacent``, as on POWER).
@@ -41,6 +43,8 @@ DEFAULT_MACHINE: Final = "local"
 
 Scheduler = Literal["local", "slurm", "pbs", "lsf", "cobalt", "flux"]
 CpuBind = Literal["auto", "placement", "none"]
+# One of srun's --mpi plugin names (pmi2, pmix, pmix_v4, cray_shasta, none).
+SRUN_MPI_PATTERN: Final = r"^[a-z][a-z0-9_]{0,31}$"
 
 # One integer field (``{:05d}``) between hostname characters: nothing else for str.format to read.
 _NODE_NAME_FORMAT = r"^[A-Za-z0-9_.-]*\{:0?\d*d\}[A-Za-z0-9_.-]*$"
@@ -146,6 +150,9 @@ class Machine(_Strict):
     scheduler: Scheduler
     launcher: str = Field(pattern=r"^[a-z][a-z0-9-]{0,31}$")
     cpu_bind: CpuBind = "auto"
+    # srun's ``--mpi`` (its PMI plugin) for MPI jobs: a cluster whose ``MpiDefault`` is none
+    # starts every rank as a world of its own without it. None: the cluster's MpiDefault.
+    srun_mpi: str | None = Field(None, pattern=SRUN_MPI_PATTERN)
     node: NodeDescription = NodeDescription()
     # LSF (Summit-like): the first host of LSB_MCPU_HOSTS is the launch node, not a compute node.
     skip_launch_host: bool = False

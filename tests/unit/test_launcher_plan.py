@@ -167,3 +167,42 @@ def test_under_slurm_each_rank_is_a_task_holding_its_whole_node(
     options = set(argv[1 : argv.index("-c") - 1])
     assert {"--nodes=2", "--ntasks=2", "--ntasks-per-node=1", "--cpus-per-task=8",
             "--nodelist=n1,n2", "--cpu-bind=none"} <= options  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("machine", "setting", "expected"),
+    [
+        ("generic-slurm", None, "pmi2"),  # the machine's: MpiDefault=none must not win
+        ("generic-slurm", "pmix", "pmix"),  # the site's over the machine's
+        ("generic-slurm", "default", None),  # the cluster's MpiDefault, no --mpi
+        ("perlmutter-cpu", None, "cray_shasta"),
+    ],
+)
+def test_srun_gets_the_pmi_plugin_of_the_site_or_else_of_its_machine(
+    tmp_path: Path,
+    bin_dir: Path,
+    machine: str,
+    setting: str | None,
+    expected: str | None,
+) -> None:
+    stand_in(bin_dir, "srun")
+    plan = plan_pilot(
+        settings(tmp_path, machine=machine, virtual_nodes=1, cores_per_node=None,
+                 srun_mpi=setting),
+        mode="mpi", environ={"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_CPUS_PER_NODE": "4(x2)"},
+    )  # fmt: skip
+    placements = tuple(NodePlacement(n.hostname, n.cpu_ids[:1]) for n in plan.nodes)
+    spec = TaskSpec(
+        job_id="j", script="true", workdir=tmp_path, env={},
+        allocation=Allocation("j", placements), stdout_path=tmp_path / "o",
+        stderr_path=tmp_path / "e",
+    )  # fmt: skip
+    assert isinstance(plan.app_launcher, MpiLauncher)
+    argv = plan.app_launcher.render_command(spec)
+    mpi = [word for word in argv if word.startswith("--mpi")]
+    assert mpi == ([f"--mpi={expected}"] if expected else [])
+
+
+def test_a_site_cannot_pass_a_plugin_name_that_reads_as_an_option(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="srun_mpi"):
+        settings(tmp_path, srun_mpi="--export=ALL")
