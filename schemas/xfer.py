@@ -16,11 +16,16 @@ The controller requests the items of a job's step (:func:`item_id` makes their i
 event that began the step, so deciding again requests the very same items, and a job reset
 and staged again gets new ones); the site's transfer module moves them; the controller ends
 the step when the last item has succeeded, or fails the job with the first item that failed.
+
+:func:`remote_path_problem` is the one rule for a slot's remote path that every backend
+refuses: the api answers a submission breaking it with 422, and every backend refuses an item
+breaking it on its own, before it submits the rest of its batch.
 """
 
 from __future__ import annotations
 
 import posixpath
+import re
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
@@ -31,6 +36,7 @@ from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import TransferState
 
 X = TransferState
+_CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # NUL, newline, any Unicode Cc
 Direction = Literal["in", "out"]
 FINAL_XFER_STATES: Final = frozenset({X.SUCCEEDED, X.FAILED})
 
@@ -79,3 +85,27 @@ def local_path(workdir: str, slot_path: str) -> str:
 def all_succeeded(states: Iterable[TransferState]) -> bool:
     listed = list(states)
     return bool(listed) and all(s == X.SUCCEEDED for s in listed)
+
+
+def remote_path_problem(path: str) -> str | None:
+    """Why no backend can move ``path``, a remote path as a slot names it; None if none.
+
+    A remote path is read under its location's base directory, which only the site knows:
+    so it must be absolute, hold no control character (NUL, a newline: no tool and no log
+    line takes them as they are), and no '..' of it may climb above its own root, which under
+    any base would climb out of that base. A '..' that stays inside (``/a/../b``) is left to
+    each backend (Globus refuses every '..').
+    """
+    if not path.startswith("/"):
+        return f"the remote path {path!r} is not an absolute path (it must start with '/')"
+    if _CONTROL.search(path):
+        return f"the remote path {path!r} holds a control character (NUL, newline, ...)"
+    depth = 0
+    for part in path.split("/"):
+        if part == "..":
+            depth -= 1
+            if depth < 0:
+                return f"the remote path {path!r} climbs out of its location's base with '..'"
+        elif part not in {"", "."}:
+            depth += 1
+    return None

@@ -20,6 +20,7 @@ from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import keyed_id, uuid7, uuid7s
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.strategies import AUTO_SITE, DEFAULT_STRATEGY
+from lodestream.schemas.xfer import remote_path_problem
 from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
 from lodestream.services.api.models import JobSubmission, SubmitRequest
 from lodestream.services.api.placement import Placer, SiteLoad
@@ -202,6 +203,7 @@ def check(request: SubmitRequest, ids: Sequence[uuid.UUID], catalog: Catalog) ->
         if apps is not None:
             problems.extend(_check_app(index, job, apps))
         problems.extend(_check_locations(index, job, catalog.locations.get(job.site, frozenset())))
+        problems.extend(_check_paths(index, job))
         for p_index, parent in enumerate(job.parent_ids):
             sibling = position.get(parent)
             if (sibling is None or sibling == index) and parent not in catalog.own_jobs:
@@ -263,6 +265,17 @@ def _check_locations(
         for slot, spec in sorted(job.transfers.items())
         if spec.location not in locations
     ]
+
+
+def _check_paths(index: int, job: JobSubmission) -> list[dict[str, Any]]:
+    """Every slot's remote path must be one that a backend can move (the rule the site's
+    backends apply again to what they are given)."""
+    return [
+        {"loc": ["body", "jobs", index, "transfers", slot, "path"],
+         "msg": f"transfer slot {slot!r}: {problem}", "type": "value_error"}
+        for slot, spec in sorted(job.transfers.items())
+        if (problem := remote_path_problem(spec.path)) is not None
+    ]  # fmt: skip
 
 
 def _parent_problem(
