@@ -55,6 +55,10 @@ class ApiSettings(BaseModel):
     # Unset: the control plane's NATS password. Changing it changes those ids.
     id_secret: SecretStr | None = None
     stream: StreamSettings = StreamSettings()
+    # Public keys of the control plane's own nkeys beyond nats.nkey_seed_file's (other
+    # services, another api instance): refused when a user binds them to a site or a
+    # monitoring credential.
+    control_public_keys: list[str] = []
 
 
 class ProjectorSettings(BaseModel):

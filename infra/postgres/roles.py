@@ -7,10 +7,14 @@
     lode_projector   write the read models (temp tables included);    schema rm and its tables
                      rebuild them (CREATE SCHEMA rm_rebuild, rename,
                      drop)
-    lode_api         read rm; read and write public.users and         —
-                     public.api_tokens (its own auth tables)
-    lode_controller  read rm; read public.monitoring_keys (the        —
-                     credential sync renders them into nats-server)
+    lode_api         read rm; read and write public.users,            —
+                     public.api_tokens, public.monitoring_keys and
+                     public.bound_keys (its own auth tables); read
+                     the credential sync's state
+    lode_controller  read rm; read public.monitoring_keys and         —
+                     public.bound_keys (the credential sync renders
+                     them into nats-server); write the sync's state
+                     (public.credential_sync, credential_rejects)
 
 The projector owns ``rm`` because a rebuild (``services/projector/rebuild.py``)
 builds a fresh schema and swaps it in with ``ALTER SCHEMA … RENAME``, which
@@ -43,7 +47,10 @@ CONTROLLER: Final = "lode_controller"
 SERVICE_ROLES: Final = (API, PROJECTOR, CONTROLLER)
 READERS: Final = (API, CONTROLLER)
 MONITOR_KEYS: Final = "public.monitoring_keys"
-API_TABLES: Final = ("public.users", "public.api_tokens", MONITOR_KEYS)
+BOUND_KEYS: Final = "public.bound_keys"
+API_TABLES: Final = ("public.users", "public.api_tokens", MONITOR_KEYS, BOUND_KEYS)
+# Written by `lode up`'s credential sync (the controller's login); the API only reads them.
+SYNC_TABLES: Final = ("public.credential_sync", "public.credential_rejects")
 
 # Plain and partitioned tables; their indexes and owned sequences follow them.
 _TABLE_KINDS: Final = ("r", "p")
@@ -73,8 +80,16 @@ def apply_roles(admin_url: str, database: str, passwords: Mapping[str, str]) -> 
         # Public keys only: what `lode up`'s credential sync (the controller's login) renders.
         conn.execute(
             sql.SQL("GRANT SELECT ON {} TO {}").format(
-                _names((MONITOR_KEYS,)), sql.Identifier(CONTROLLER)
+                _names((MONITOR_KEYS, BOUND_KEYS)), sql.Identifier(CONTROLLER)
             )
+        )
+        conn.execute(
+            sql.SQL("GRANT SELECT, INSERT, UPDATE, DELETE ON {} TO {}").format(
+                _names(SYNC_TABLES), sql.Identifier(CONTROLLER)
+            )
+        )
+        conn.execute(
+            sql.SQL("GRANT SELECT ON {} TO {}").format(_names(SYNC_TABLES), sql.Identifier(API))
         )
 
 

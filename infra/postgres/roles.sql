@@ -12,10 +12,12 @@
 --                    may). rm is derived from the log; owning it grants nothing the log cannot
 --                    restore. No access to the auth tables.
 --   lode_api         LOGIN: reads rm; reads and writes only its own auth tables
---                    (public.users, public.api_tokens). It never writes rm: the API appends
+--                    (public.users, public.api_tokens, public.monitoring_keys,
+--                    public.bound_keys). It never writes rm: the API appends
 --                    events, the projector folds them.
---   lode_controller  LOGIN: reads rm, and public.monitoring_keys (public keys the credential
---                    sync renders into nats-server's authorization).
+--   lode_controller  LOGIN: reads rm, public.monitoring_keys and public.bound_keys (public
+--                    keys the credential sync renders); writes the sync's own state
+--                    (public.credential_sync, public.credential_rejects). The api reads it.
 --
 -- Run as an administrator, once, before the first migration; replace the passwords (or
 -- use your platform's IAM authentication). Re-running is safe. Run the part marked "after
@@ -101,6 +103,15 @@ BEGIN
         GRANT SELECT, INSERT, UPDATE, DELETE ON public.monitoring_keys TO lode_api;
         -- public keys only: what the credential sync renders into nats-server's config
         GRANT SELECT ON public.monitoring_keys TO lode_controller;
+    END IF;
+    IF to_regclass('public.bound_keys') IS NOT NULL THEN
+        -- One key, one principal: the api binds keys here in the binding's own transaction.
+        GRANT SELECT, INSERT, UPDATE, DELETE ON public.bound_keys TO lode_api;
+        GRANT SELECT ON public.bound_keys TO lode_controller;
+        -- The credential sync's state: written by `lode up`, shown by the api.
+        GRANT SELECT, INSERT, UPDATE, DELETE ON public.credential_sync, public.credential_rejects
+            TO lode_controller;
+        GRANT SELECT ON public.credential_sync, public.credential_rejects TO lode_api;
     END IF;
 END
 $$;

@@ -13,6 +13,7 @@ from typing import Final
 from sqlalchemy import (
     BigInteger,
     Boolean,
+    CheckConstraint,
     Column,
     DateTime,
     Float,
@@ -302,5 +303,50 @@ monitoring_keys = Table(
     ),
     Column("public_key", Text, nullable=False, unique=True),
     _ts("created_at", nullable=False),
+    schema="public",
+)
+
+# Every nkey public key bound to a principal: a site, a user's monitoring key. The primary key
+# is what makes one key one principal: the API inserts the row in the transaction that binds
+# the key, so of two requests binding the same key exactly one commits.
+bound_keys = Table(
+    "bound_keys",
+    metadata,
+    Column("public_key", Text, primary_key=True),
+    Column("kind", Text, nullable=False),  # site | monitor
+    Column("holder", Text, nullable=False),  # the site's name, or the user's name (monitor)
+    Column("owner", Text, nullable=False),  # the user who bound it
+    _ts("bound_at", nullable=False),
+    CheckConstraint("kind IN ('site', 'monitor')", name="bound_keys_kind"),
+    schema="public",
+)
+Index("bound_keys_holder", bound_keys.c.kind, bound_keys.c.holder)
+
+# What `lode up`'s credential sync last did (one row), written by the sync, read by the API.
+credential_sync = Table(
+    "credential_sync",
+    metadata,
+    Column("id", Integer, primary_key=True),  # always 1
+    Column("state", Text, nullable=False),  # ok | degraded | stuck
+    Column("detail", Text, nullable=False, server_default=""),
+    Column("reloads", Integer, nullable=False, server_default=text("0")),
+    Column("refused", Integer, nullable=False, server_default=text("0")),
+    _ts("updated_at", nullable=False),
+    CheckConstraint("id = 1", name="credential_sync_one_row"),
+    schema="public",
+)
+
+# The bindings the sync left out of nats-server's authorization, and why: each is a change
+# that was rejected, shown to its owner (`lode site ls`, the monitoring key) and counted in
+# /healthz. Rewritten by the sync; a fixed key or a removed binding leaves it.
+credential_rejects = Table(
+    "credential_rejects",
+    metadata,
+    Column("kind", Text, nullable=False),  # site | monitor
+    Column("holder", Text, nullable=False),
+    Column("public_key", Text, nullable=False),
+    Column("reason", Text, nullable=False),
+    _ts("rejected_at", nullable=False),
+    PrimaryKeyConstraint("kind", "holder"),
     schema="public",
 )

@@ -14,7 +14,7 @@ from sqlalchemy import create_engine, delete, func, pool, update
 from sqlalchemy.dialects.postgresql import insert
 
 from lodestream.infra.postgres.migrate import sqlalchemy_url
-from lodestream.infra.postgres.tables import api_tokens, monitoring_keys, users
+from lodestream.infra.postgres.tables import api_tokens, bound_keys, monitoring_keys, users
 from lodestream.services.api.deps import token_hash
 
 # A user name becomes the actor ``user:<name>`` of every event the user causes.
@@ -61,6 +61,11 @@ def revoke_tokens(database_url: str, name: str) -> int:
             )
             # The credential sync drops the key from nats-server: its watchers are cut off.
             conn.execute(delete(monitoring_keys).where(monitoring_keys.c.user_name == name))
+            conn.execute(
+                delete(bound_keys).where(
+                    bound_keys.c.kind == "monitor", bound_keys.c.holder == name
+                )
+            )
     finally:
         engine.dispose()
     return int(result.rowcount)

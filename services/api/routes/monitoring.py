@@ -4,7 +4,9 @@ The seed is made on the user's machine; the API stores only the public key (an a
 of its own, ``public.monitoring_keys``), and the control plane's credential sync renders
 it into nats-server's authorization with the read-only permissions of
 :mod:`lodestream.infra.nats.monitor`. Registering a key replaces the previous one;
-``DELETE`` and revoking the user's tokens remove it.
+``DELETE`` and revoking the user's tokens remove it. The key is bound to this credential
+alone (:mod:`lodestream.services.api.keys`): one that is a site's, another user's or the
+control plane's is refused with 409.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from lodestream.infra.postgres.tables import monitoring_keys
 from lodestream.schemas.subjects import EVENTS_STREAM
-from lodestream.services.api import queries
+from lodestream.services.api import keys, queries
 from lodestream.services.api.deps import Context, User
 from lodestream.services.api.errors import (
     Conflict,
@@ -52,7 +54,10 @@ async def get_monitoring_key(ctx: Context, user: User) -> MonitoringKeyOut:
     responses=documented(Unauthorized, Conflict, TooLarge, InvalidInput, Unavailable),
 )
 async def put_monitoring_key(body: MonitoringKeyIn, ctx: Context, user: User) -> MonitoringKeyOut:
-    """Register the caller's monitoring key; the previous one stops working."""
+    """Register the caller's monitoring key; the previous one stops working.
+
+    409 if the key is bound to anything else (a site, another user's key, the control plane).
+    """
     statement = insert(monitoring_keys).values(
         user_name=user, public_key=body.public_key, created_at=datetime.now(UTC)
     )
@@ -63,7 +68,10 @@ async def put_monitoring_key(body: MonitoringKeyIn, ctx: Context, user: User) ->
     )  # fmt: skip
     try:
         async with ctx.engine.begin() as conn:
+            # One transaction: the key is bound to this user's credential, or nothing changes.
+            await keys.bind(conn, ctx.settings, body.public_key, "monitor", holder=user, owner=user)
             await conn.execute(statement)
+            await keys.release(conn, "monitor", user, keep=body.public_key)
     except IntegrityError as exc:
         raise Conflict("this public key is already registered; make a new key") from exc
     return await _out(ctx, user, body.public_key)
@@ -76,6 +84,7 @@ async def delete_monitoring_key(ctx: Context, user: User) -> Response:
     """Revoke the caller's monitoring key; its watchers are disconnected."""
     async with ctx.engine.begin() as conn:
         await conn.execute(delete(monitoring_keys).where(monitoring_keys.c.user_name == user))
+        await keys.release(conn, "monitor", user)
     return Response(status_code=204)
 
 

@@ -18,7 +18,7 @@ from lodestream.schemas.events.site import (
 )
 from lodestream.schemas.ids import derived_id
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
-from lodestream.services.api import appends, queries, waiting
+from lodestream.services.api import appends, keys, queries, waiting
 from lodestream.services.api.deps import Context, Db, User
 from lodestream.services.api.errors import (
     Conflict,
@@ -71,14 +71,19 @@ async def register_site(
         ),
     )
     appends.ensure_fits(event, 0, ctx.nc.max_payload)
+    fresh = await _bind(ctx, user, body.name, body.public_key)
     try:
         appended = await ctx.log.append(event, expect=0)
     except ConflictError as exc:
+        await _unbind(ctx, body.name, body.public_key if fresh else None)
         async with ctx.engine.connect() as conn:
             owner = await queries.site_owner(conn, body.name)
         if owner == user:
             raise Conflict(f"site {body.name!r} is already registered to you") from exc
         raise Conflict(f"site name {body.name!r} is taken; choose another name") from exc
+    except Exception:
+        await _unbind(ctx, body.name, body.public_key if fresh else None)
+        raise
     created = SiteCreated(name=body.name, seq=appended.seq)
     if wait:
         await waiting.until_projected(
@@ -135,7 +140,15 @@ async def bind_site_key(name: OwnSite, body: SiteKey, ctx: Context, user: User) 
         site=name, aggregate_id=derived_id("site", name),
         actor=actor(user), data=SiteKeyData(public_key=body.public_key),
     )  # fmt: skip
-    return await _append(ctx, name, event, last_seq)
+    fresh = await _bind(ctx, user, name, body.public_key)
+    try:
+        created = await _append(ctx, name, event, last_seq)
+    except Exception:
+        await _unbind(ctx, name, body.public_key if fresh else None)
+        raise
+    async with ctx.engine.begin() as conn:
+        await keys.release(conn, "site", name, keep=body.public_key)  # the old key is free
+    return created
 
 
 @router.delete("/sites/{name}", response_model=SiteCreated, responses=_SITE_CHANGE_ERRORS)
@@ -146,7 +159,27 @@ async def remove_site(name: OwnSite, ctx: Context, user: User) -> SiteCreated:
         site=name, aggregate_id=derived_id("site", name),
         actor=actor(user), data=SiteRemovedData(reason=f"removed by {user}"),
     )  # fmt: skip
-    return await _append(ctx, name, event, last_seq)
+    removed = await _append(ctx, name, event, last_seq)
+    async with ctx.engine.begin() as conn:
+        await keys.release(conn, "site", name)
+    return removed
+
+
+async def _bind(ctx: Context, user: str, name: str, key: str | None) -> bool:
+    """Bind ``key`` to site ``name`` before its event is appended (409 if it is taken).
+
+    True if this call bound it: that binding is undone if the append fails.
+    """
+    if key is None:
+        return False
+    async with ctx.engine.begin() as conn:
+        return await keys.bind(conn, ctx.settings, key, "site", holder=name, owner=user)
+
+
+async def _unbind(ctx: Context, name: str, key: str | None) -> None:
+    if key is not None:
+        async with ctx.engine.begin() as conn:
+            await keys.release_key(conn, key, "site", name)
 
 
 async def _own_site_seq(ctx: Context, user: str, name: str) -> int:
