@@ -32,9 +32,13 @@ class StreamSettings(BaseModel):
     """The push feed (``/events/stream``): what one client may hold of the server."""
 
     # Events waiting for one client; when it stays full for lag_s the client is told it
-    # lagged and is disconnected, to resume from its Last-Event-ID.
+    # lagged and is disconnected, to resume from its Last-Event-ID. queue_bytes bounds the
+    # same in bytes; a socket that takes nothing for lag_s counts as lagging too.
     queue_size: int = Field(1000, ge=1, le=100_000)
+    queue_bytes: int = Field(2**20, ge=2**12, le=2**30)
     lag_s: float = Field(5.0, gt=0, le=600)
+    # Streams one user may hold open at once, across all their tokens; past it, 429.
+    max_streams_per_user: int = Field(20, ge=1, le=10_000)
     # The newest frames of each filter's hub, shared by all its clients (whatever their
     # number); a client further behind than this reads through a consumer of its own.
     hub_history_bytes: int = Field(64 * 2**20, ge=2**16, le=2**30)

@@ -9,6 +9,7 @@
     ├── Conflict                  conflict     409  the id or name is taken
     ├── TooLarge                  too_large    413  over a size limit: retrying cannot help
     │   └── TooManyJobs                             more jobs than one request may carry
+    ├── TooMany                   too_many     429  over a per-user limit on open resources
     ├── NotYetProjected           timeout      504  appended, but not yet projected
     └── Unavailable               unavailable  503  NATS or Postgres cannot serve the request
         └── NotReady                           503  /readyz with the failing checks
@@ -106,6 +107,12 @@ class TooLarge(ApiProblem):
 
 class TooManyJobs(TooLarge):
     """More jobs than one request may carry."""
+
+
+class TooMany(ApiProblem):
+    status = 429
+    code = "too_many"
+    when = "the caller holds as many as a per-user limit allows (named in the message)"
 
 
 class NotYetProjected(ApiProblem):
