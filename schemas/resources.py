@@ -30,6 +30,15 @@ PRINTABLE_PATTERN: Final = r"^[^\x00-\x1f\x7f-\x9f]*$"  # no control character (
 APP_NAME_PATTERN: Final = r"^[A-Za-z_][A-Za-z0-9_.-]{0,79}$"
 TAG_KEY_PATTERN: Final = r"^[A-Za-z0-9_.:-]{1,64}$"
 TAG_VALUE_MAX_LENGTH: Final = 256
+# A job's launch_params reach the site's app launcher (srun, mpiexec, ...) as argv words, and
+# some launchers hand their arguments on to a remote shell (Hydra over ssh). So a key is an
+# option as written on a command line, and a value is one word of characters no shell or
+# launcher treats as syntax, never starting with '-' (it would be read as another option when
+# a launcher takes the value as the next word); '' makes a switch. What a backend accepts
+# beyond this is its own table's business (platform_adapters/launchers/options.py).
+LAUNCH_KEY_PATTERN: Final = r"^-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+LAUNCH_VALUE_PATTERN: Final = r"^(?:[A-Za-z0-9_.,:=+/@%][A-Za-z0-9_.,:=+/@%-]{0,255})?$"
+MAX_LAUNCH_PARAMS: Final = 32
 INT32_MAX: Final = 2**31 - 1  # Postgres integer
 INT32_MIN: Final = -(2**31)
 INT64_MIN: Final = -(2**63)  # Postgres bigint, and what the codec reads back as an int
@@ -38,6 +47,8 @@ INT64_MAX: Final = 2**63 - 1
 Text = Annotated[str, StringConstraints(pattern=NUL_FREE_PATTERN)]
 AppName = Annotated[str, StringConstraints(pattern=APP_NAME_PATTERN)]
 TagKey = Annotated[str, StringConstraints(pattern=TAG_KEY_PATTERN)]
+LaunchKey = Annotated[str, StringConstraints(pattern=LAUNCH_KEY_PATTERN)]
+LaunchValue = Annotated[str, StringConstraints(pattern=LAUNCH_VALUE_PATTERN)]
 TagValue = Annotated[
     str, StringConstraints(max_length=TAG_VALUE_MAX_LENGTH, pattern=NUL_FREE_PATTERN)
 ]
@@ -89,7 +100,9 @@ class JobResources(Frozen):
     threads_per_core: int = Field(1, ge=1, le=8)
     gpus_per_rank: int = Field(0, ge=0, le=64)
     node_packing_count: int = Field(1, ge=1, le=4096)
-    launch_params: dict[Text, Text] = Field(default_factory=dict)
+    launch_params: dict[LaunchKey, LaunchValue] = Field(
+        default_factory=dict, max_length=MAX_LAUNCH_PARAMS
+    )
     wall_time_min: int = Field(0, ge=0, le=60 * 24 * 30)
 
 

@@ -62,6 +62,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from lodestream.agents.site.apps.spec import MAX_RETRY_BUDGET
 from lodestream.platform_adapters.compute.machine import SRUN_MPI_PATTERN
+from lodestream.platform_adapters.launchers.options import Arity
 from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SchedulerWord
 from lodestream.schemas.events.scaler import ScalerLimits
 from lodestream.schemas.resources import PRINTABLE_PATTERN, LocationName, LocationUrl
@@ -102,6 +103,7 @@ JobMode = Literal["serial", "mpi"]
 # How a serial-mode pilot runs its jobs on many nodes. none: one process starts every job with
 # the app launcher; mpi4py: one worker rank per node runs that node's jobs, rank 0 leases.
 SerialWorkers = Literal["none", "mpi4py"]
+LaunchOptionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
 
 
 class LauncherSettings(_Strict):
@@ -119,8 +121,10 @@ class LauncherSettings(_Strict):
     # srun's --mpi plugin for the site's jobs (pmi2, pmix, ...), over the machine's srun_mpi;
     # `default`: pass none, the cluster's MpiDefault. None: the machine's.
     srun_mpi: str | None = Field(None, pattern=SRUN_MPI_PATTERN)
-    # Further options (names without dashes) a job's launch_params may pass to the launcher.
-    allow_launch_options: tuple[str, ...] = ()
+    # Further options a job's launch_params may pass to the launcher: the name without dashes
+    # (flux: `setopt:NAME` for `-o NAME=...`) and how the launcher reads it, `switch`, `value`
+    # or `optional`; the arity keeps a value from becoming an option or a program of its own.
+    allow_launch_options: dict[LaunchOptionName, Arity] = Field(default_factory=dict)
     max_fetch: int = Field(256, ge=1, le=10_000)
     # The mode of this site's pilots; `lode launcher --mode` overrides it.
     mode: JobMode = "serial"

@@ -15,7 +15,7 @@ import re
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.layout import RankLayout
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 _NID = re.compile(r"nid0*(\d+)")
 
@@ -26,7 +26,20 @@ class AprunLauncher(MpiLauncher):
     style = OptionStyle(
         joins_long=False,
         aliases={"cpu-binding": "cc", "cpus-per-pe": "d", "cpus-per-cu": "j"},
-        allowed=frozenset({"cc", "d", "j", "S", "sl", "sn", "ss", "r", "q", "b", "m", "T"}),
+        allowed={
+            "cc": Arity.VALUE,
+            "d": Arity.VALUE,
+            "j": Arity.VALUE,
+            "S": Arity.VALUE,
+            "sl": Arity.VALUE,
+            "sn": Arity.VALUE,
+            "ss": Arity.SWITCH,
+            "r": Arity.VALUE,
+            "q": Arity.SWITCH,
+            "b": Arity.SWITCH,
+            "m": Arity.VALUE,
+            "T": Arity.SWITCH,
+        },
     )
 
     def render_options(self, spec: TaskSpec, layout: RankLayout) -> list[Option]:

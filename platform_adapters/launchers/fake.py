@@ -23,6 +23,7 @@ from lodestream.platform_adapters.launchers.base import (
     TaskSpec,
     render_env,
 )
+from lodestream.platform_adapters.launchers.local import refuse_launch_params
 
 # Above Linux's pid_max (2**22), so a fake pid never names a real process if someone signals it.
 _FAKE_PIDS = itertools.count(2**30)
@@ -58,9 +59,11 @@ class FakeLauncher(AppLauncher):
 
     def render_command(self, spec: TaskSpec) -> list[str]:
         """What a local backend would run; the fake runs nothing."""
+        refuse_launch_params(spec, self.name)
         return ["bash", "-c", spec.script]
 
     def start(self, spec: TaskSpec) -> FakeTask:
+        refuse_launch_params(spec, self.name)
         outcome = self._outcome(spec) if callable(self._outcome) else self._outcome
         if not spec.workdir.is_dir():
             raise StartFailed(f"job {spec.job_id}: could not start: no directory {spec.workdir}")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.layout import RankLayout
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 
 class FluxLauncher(MpiLauncher):
@@ -25,11 +25,13 @@ class FluxLauncher(MpiLauncher):
             "x": "exclusive", "l": "label-io", "u": "unbuffered", "t": "time-limit",
             "o": "setopt",
         },
-        allowed=frozenset({
-            "setopt:cpu-affinity", "setopt:gpu-affinity", "setopt:verbose", "setopt:mpi",
-            "setopt:pmi", "setopt:exit-timeout", "setopt:exit-on-error", "exclusive",
-            "label-io", "unbuffered", "time-limit",
-        }),
+        allowed={
+            "setopt:cpu-affinity": Arity.VALUE, "setopt:gpu-affinity": Arity.VALUE,
+            "setopt:verbose": Arity.VALUE, "setopt:mpi": Arity.VALUE, "setopt:pmi": Arity.VALUE,
+            "setopt:exit-timeout": Arity.VALUE, "setopt:exit-on-error": Arity.VALUE,
+            "exclusive": Arity.SWITCH, "label-io": Arity.SWITCH, "unbuffered": Arity.SWITCH,
+            "time-limit": Arity.VALUE,
+        },
         repeatable=frozenset({"setopt"}),
     )  # fmt: skip
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.layout import RankLayout
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 
 class JsrunLauncher(MpiLauncher):
@@ -25,7 +25,10 @@ class JsrunLauncher(MpiLauncher):
             "r": "rs_per_host", "b": "bind", "d": "launch_distribution", "l": "latency_priority",
             "E": "env", "p": "np",
         },
-        allowed=frozenset({"bind", "launch_distribution", "latency_priority", "rs_per_socket"}),
+        allowed={
+            "bind": Arity.VALUE, "launch_distribution": Arity.VALUE,
+            "latency_priority": Arity.VALUE, "rs_per_socket": Arity.VALUE,
+        },
     )  # fmt: skip
 
     def render_options(self, spec: TaskSpec, layout: RankLayout) -> list[Option]:

@@ -19,6 +19,7 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
+from lodestream.platform_adapters.errors import InvalidLaunchParams
 from lodestream.platform_adapters.launchers.base import CUDA_VISIBLE_DEVICES, TaskSpec, render_env
 from lodestream.platform_adapters.launchers.process import ProcessTask, SubprocessLauncher, popen
 
@@ -29,6 +30,17 @@ LocalTask = ProcessTask
 def render_command(spec: TaskSpec, bash: str = "/bin/bash") -> list[str]:
     """``bash -c <script>``: the script travels as one argv entry, never re-parsed by a shell."""
     return [bash, "-c", spec.script]
+
+
+def refuse_launch_params(spec: TaskSpec, launcher: str) -> None:
+    """``InvalidLaunchParams`` for a job that gives launch_params to a launcher with no options:
+    a job that asked for a binding or an MPI plugin must not run as if it had it."""
+    if spec.launch_params:
+        raise InvalidLaunchParams(
+            f"launch_params: the {launcher} app launcher takes no options "
+            f"(given: {', '.join(sorted(spec.launch_params))}); this site's pilots run jobs "
+            "without an MPI launcher"
+        )
 
 
 def direct_command(spec: TaskSpec, env: Mapping[str, str]) -> list[str] | None:
@@ -66,6 +78,7 @@ class LocalLauncher(SubprocessLauncher):
         return render_env(spec, self.gpu_env)
 
     def render_command(self, spec: TaskSpec) -> list[str]:
+        refuse_launch_params(spec, self.name)
         return render_command(spec, self.bash)
 
     def argv_for(self, spec: TaskSpec, env: dict[str, str]) -> list[str]:

@@ -23,7 +23,7 @@ import dataclasses
 import os
 import shutil
 from abc import abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
 from typing import ClassVar
@@ -37,7 +37,12 @@ from lodestream.platform_adapters.compute.machine import (
 from lodestream.platform_adapters.errors import LauncherUnavailable, StartFailed
 from lodestream.platform_adapters.launchers.base import TaskSpec, render_env
 from lodestream.platform_adapters.launchers.layout import RankLayout
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle, with_launch_params
+from lodestream.platform_adapters.launchers.options import (
+    Arity,
+    Option,
+    OptionStyle,
+    with_launch_params,
+)
 from lodestream.platform_adapters.launchers.process import SubprocessLauncher
 from lodestream.platform_adapters.packing import Allocation
 
@@ -59,17 +64,18 @@ class MpiLauncher(SubprocessLauncher):
         executable: str | None = None,
         bash: str | None = None,
         cpu_bind: CpuBind | None = None,
-        allow_options: Iterable[str] = (),
+        allow_options: Mapping[str, Arity] | None = None,
     ) -> None:
         """``machine`` gives CPU numbering, the GPU variable and the default ``cpu_bind``;
-        ``allow_options`` are further option names (without dashes) jobs may pass."""
+        ``allow_options`` are further options (names without dashes) jobs may pass, with
+        how each is read (a switch, or an option that takes a value)."""
         self.machine = machine if machine is not None else load_machine(DEFAULT_MACHINE)
         self.executable = executable or self.default_executable
         # Ranks run on compute nodes of the same image as the pilot's; an absolute path keeps
         # them independent of the PATH a task's environment brings.
         self.bash = bash or shutil.which("bash") or "/bin/bash"
         self.cpu_bind: CpuBind = cpu_bind or self.machine.cpu_bind
-        self.allow_options = frozenset(allow_options)
+        self.allow_options = dict(allow_options or {})
 
     def render_command(self, spec: TaskSpec) -> list[str]:
         spec = self._aliased(spec)

@@ -21,7 +21,7 @@ from typing import Final
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.layout import RankLayout, rank_cpu_sets
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 EXTRA_ARGS: Final = "HYDRA_LAUNCHER_EXTRA_ARGS"  # words Hydra adds to its launcher's command
 OVERLAP: Final = "--overlap"
@@ -56,10 +56,12 @@ class MpichLauncher(MpiLauncher):
     style = OptionStyle(
         joins_long=False,
         aliases={"np": "n", "host": "hosts", "l": "prepend-rank", "binding": "bind-to"},
-        allowed=frozenset({
-            "bind-to", "map-by", "membind", "ppn", "iface", "verbose", "prepend-rank",
-            "disable-auto-cleanup", "demux",
-        }),
+        allowed={
+            "bind-to": Arity.VALUE, "map-by": Arity.VALUE, "membind": Arity.VALUE,
+            "ppn": Arity.VALUE, "iface": Arity.VALUE, "verbose": Arity.SWITCH,
+            "prepend-rank": Arity.SWITCH, "disable-auto-cleanup": Arity.SWITCH,
+            "demux": Arity.VALUE,
+        },
     )  # fmt: skip
 
     def render_options(self, spec: TaskSpec, layout: RankLayout) -> list[Option]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from lodestream.platform_adapters.launchers.base import TaskSpec, launch_env
 from lodestream.platform_adapters.launchers.layout import RankLayout
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 
 class OpenMpiLauncher(MpiLauncher):
@@ -23,11 +23,13 @@ class OpenMpiLauncher(MpiLauncher):
     style = OptionStyle(
         joins_long=False,
         aliases={"n": "np", "H": "host", "c": "np"},
-        allowed=frozenset({
-            "map-by", "bind-to", "rank-by", "oversubscribe", "nooversubscribe",
-            "report-bindings", "display-map", "use-hwthread-cpus", "tag-output",
-            "timestamp-output", "cpu-set",
-        }),
+        allowed={
+            "map-by": Arity.VALUE, "bind-to": Arity.VALUE, "rank-by": Arity.VALUE,
+            "oversubscribe": Arity.SWITCH, "nooversubscribe": Arity.SWITCH,
+            "report-bindings": Arity.SWITCH, "display-map": Arity.SWITCH,
+            "use-hwthread-cpus": Arity.SWITCH, "tag-output": Arity.SWITCH,
+            "timestamp-output": Arity.SWITCH, "cpu-set": Arity.VALUE,
+        },
         repeatable=frozenset({"x"}),
     )  # fmt: skip
 

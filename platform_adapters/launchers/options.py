@@ -11,23 +11,41 @@ while apps (what runs) are the site's own. So a job may only pass the options it
 as safe: placement, binding and tuning knobs. Options that run programs or read files (srun's
 ``--task-prolog``, Hydra's ``-launcher-exec``, ``--export``/``-x``/``--env`` which could set
 ``LD_PRELOAD``, MCA parameters) are refused with ``InvalidLaunchParams``; a site widens the list
-with the backend's ``allow_options``. Values go into argv as given, never through a shell.
+with the backend's ``allow_options``.
 
-A key is written as on the command line (``--cpu-bind``, ``-d``); the value ``""`` makes a
-switch (``{"--overlap": ""}``). A long option with a value is rendered ``--name=value`` by
-backends whose parsers take that form (srun, flux, jsrun) and as two words otherwise.
+The list is checked against the words that will be run, not the request's keys: each allowed
+option says whether it is a switch or takes a value (``Arity``), because a value given to a
+switch would otherwise become a word of its own, that is a new option or the program
+(``{"-l": "--export=…"}`` made srun run ``-l --export=… bash -c …``). A switch takes only
+``""``; a value-taking option needs one; a value is one word that does not start with ``-``
+(the shared rule ``schemas.resources.LAUNCH_VALUE_PATTERN``, checked again here because a job
+on the log is hostile until checked). Backends whose parsers read ``--name=value`` (srun,
+flux, jsrun: getopt_long) get every job option in that form under its long name, so the value
+is inside the option's own word; the others take it as the next word.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from lodestream.platform_adapters.errors import InvalidLaunchParams
+from lodestream.schemas.resources import LAUNCH_KEY_PATTERN, LAUNCH_VALUE_PATTERN
 
-_KEY = re.compile(r"-{1,2}[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
-_MAX_VALUE = 4096
+_KEY = re.compile(LAUNCH_KEY_PATTERN)
+_VALUE = re.compile(LAUNCH_VALUE_PATTERN)
+
+
+class Arity(StrEnum):
+    """How an option's parser reads what follows it."""
+
+    SWITCH = "switch"  # no value
+    VALUE = "value"  # exactly one value
+    # A value or none (srun's ``--exclusive[=user]``); only where the value can be joined to
+    # the option's word, otherwise it is a switch.
+    OPTIONAL = "optional"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,15 +70,20 @@ class OptionStyle:
 
     joins_long: bool
     aliases: Mapping[str, str]
-    allowed: frozenset[str]
+    allowed: Mapping[str, Arity]
     # Options that may be given several times, told apart by the name before '=' in the value
     # (flux's `-o cpu-affinity=per-task -o gpu-affinity=per-task`).
     repeatable: frozenset[str] = frozenset()
 
-    def name(self, flag: str, value: str | None) -> str:
-        """The option's identity: its name without dashes, aliases resolved."""
+    def canonical(self, flag: str) -> str:
+        """The option's name without dashes, aliases resolved."""
         bare = flag.lstrip("-")
-        bare = self.aliases.get(bare, bare)
+        return self.aliases.get(bare, bare)
+
+    def name(self, flag: str, value: str | None) -> str:
+        """The option's identity: its canonical name, and for a repeatable option the name its
+        value sets."""
+        bare = self.canonical(flag)
         if bare in self.repeatable and value:
             return f"{bare}:{value.split('=', 1)[0]}"
         return bare
@@ -69,34 +92,55 @@ class OptionStyle:
         """An option written the way this backend's parser reads it best."""
         return Option(flag, value, joined=self.joins_long and flag.startswith("--"))
 
+    def job_option(self, flag: str, value: str | None) -> Option:
+        """A job's option as it will be run: under its long name joined to its value where the
+        parser reads that form, as written otherwise."""
+        if self.joins_long:
+            return Option(f"--{self.canonical(flag)}", value, joined=True)
+        return Option(flag, value)
+
 
 def job_options(
-    params: Mapping[str, str], style: OptionStyle, extra_allowed: Iterable[str] = ()
+    params: Mapping[str, str], style: OptionStyle, extra_allowed: Mapping[str, Arity] | None = None
 ) -> list[Option]:
     """The job's ``launch_params`` as options; ``InvalidLaunchParams`` for anything else."""
-    allowed = style.allowed | frozenset(extra_allowed)
+    allowed = {**style.allowed, **(extra_allowed or {})}
     options: list[Option] = []
     for key, value in params.items():
         if not _KEY.fullmatch(key):
             raise InvalidLaunchParams(f"launch_params: {key!r} is not a command-line option")
-        if "\0" in value or len(value) > _MAX_VALUE or any(c in value for c in "\n\r"):
-            raise InvalidLaunchParams(f"launch_params: the value of {key} is not one line")
-        option = style.option(key, value or None)
-        name = style.name(key, option.value)
-        if name not in allowed:
+        if not _VALUE.fullmatch(value):
+            raise InvalidLaunchParams(
+                f"launch_params: the value of {key} is not one word of letters, digits and "
+                "'_.,:=+/@%-' that does not start with '-'"
+            )
+        name = style.name(key, value or None)
+        arity = allowed.get(name)
+        if arity is None:
             raise InvalidLaunchParams(
                 f"launch_params: {key} is not an option a job may pass to this launcher; "
                 f"allowed: {', '.join(sorted(allowed))}"
             )
-        options.append(option)
+        options.append(style.job_option(key, _checked_value(key, value, arity, style)))
     return options
+
+
+def _checked_value(key: str, value: str, arity: Arity, style: OptionStyle) -> str | None:
+    """The option's value, or None for a switch; ``InvalidLaunchParams`` where its arity and
+    the value disagree."""
+    takes_optional = arity is Arity.OPTIONAL and style.joins_long
+    if value and (arity is Arity.SWITCH or (arity is Arity.OPTIONAL and not takes_optional)):
+        raise InvalidLaunchParams(f'launch_params: {key} is a switch; give it the value ""')
+    if not value and arity is Arity.VALUE:
+        raise InvalidLaunchParams(f"launch_params: {key} needs a value")
+    return value or None
 
 
 def with_launch_params(
     rendered: list[Option],
     params: Mapping[str, str],
     style: OptionStyle,
-    extra_allowed: Iterable[str] = (),
+    extra_allowed: Mapping[str, Arity] | None = None,
 ) -> list[str]:
     """The backend's options with the job's merged in (a job's option replaces the backend's
     of the same name), as argv words."""

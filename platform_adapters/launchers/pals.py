@@ -13,7 +13,7 @@ from lodestream.platform_adapters.compute.hostlist import format_ids
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.layout import RankLayout, rank_cpu_sets
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 
 class PalsLauncher(MpiLauncher):
@@ -24,9 +24,11 @@ class PalsLauncher(MpiLauncher):
     style = OptionStyle(
         joins_long=False,
         aliases={"np": "n", "d": "depth", "l": "label", "host": "hosts"},
-        allowed=frozenset({
-            "cpu-bind", "depth", "ppn", "mem-bind", "label", "line-buffer", "verbose", "pmi",
-        }),
+        allowed={
+            "cpu-bind": Arity.VALUE, "depth": Arity.VALUE, "ppn": Arity.VALUE,
+            "mem-bind": Arity.VALUE, "label": Arity.SWITCH, "line-buffer": Arity.SWITCH,
+            "verbose": Arity.SWITCH, "pmi": Arity.VALUE,
+        },
     )  # fmt: skip
 
     def render_options(self, spec: TaskSpec, layout: RankLayout) -> list[Option]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import Final
 
@@ -17,22 +17,23 @@ from lodestream.platform_adapters.launchers.local import LocalLauncher
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
 from lodestream.platform_adapters.launchers.mpich import MpichLauncher
 from lodestream.platform_adapters.launchers.openmpi import OpenMpiLauncher
+from lodestream.platform_adapters.launchers.options import Arity
 from lodestream.platform_adapters.launchers.pals import PalsLauncher
 from lodestream.platform_adapters.launchers.srun import SrunLauncher
 
-_Factory = Callable[[Machine | None, Iterable[str]], AppLauncher]
+_Factory = Callable[[Machine | None, Mapping[str, Arity]], AppLauncher]
 
 
-def _local(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+def _local(machine: Machine | None, allow_options: Mapping[str, Arity]) -> AppLauncher:
     return LocalLauncher(gpu_env=machine.gpu_env if machine else CUDA_VISIBLE_DEVICES)
 
 
-def _fake(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+def _fake(machine: Machine | None, allow_options: Mapping[str, Arity]) -> AppLauncher:
     return FakeLauncher()
 
 
 def _mpi(cls: type[MpiLauncher]) -> _Factory:
-    def make(machine: Machine | None, allow_options: Iterable[str]) -> AppLauncher:
+    def make(machine: Machine | None, allow_options: Mapping[str, Arity]) -> AppLauncher:
         return cls(machine, allow_options=allow_options)
 
     return make
@@ -55,12 +56,13 @@ def get_launcher(
     name: str,
     *,
     machine: Machine | None = None,
-    allow_options: Iterable[str] = (),
+    allow_options: Mapping[str, Arity] | None = None,
     host_aliases: Mapping[str, str] | None = None,
 ) -> AppLauncher:
     """A new launcher of the backend registered as ``name``, for ``machine`` (its CPU
     numbering, GPU visibility variable and binding; the local host when None).
-    ``allow_options``: further option names a job's ``launch_params`` may use.
+    ``allow_options``: further options (names without dashes, how each is read) a job's
+    ``launch_params`` may use.
     ``host_aliases``: what an MPI launcher calls the nodes the pilot names otherwise
     (``MpiLauncher.host_aliases``); ignored by backends that start nothing on other hosts."""
     try:
@@ -69,7 +71,7 @@ def get_launcher(
         raise UnknownBackend(
             f"no app launcher {name!r}; known: {', '.join(sorted(_BACKENDS))}"
         ) from None
-    launcher = factory(machine, allow_options)
+    launcher = factory(machine, allow_options or {})
     if host_aliases and isinstance(launcher, MpiLauncher):
         launcher.host_aliases = MappingProxyType(dict(host_aliases))
     return launcher

@@ -16,13 +16,13 @@ srun passes its whole environment to the tasks.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Mapping
 
 from lodestream.platform_adapters.compute.machine import CpuBind, Machine
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.layout import RankLayout
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
-from lodestream.platform_adapters.launchers.options import Option, OptionStyle
+from lodestream.platform_adapters.launchers.options import Arity, Option, OptionStyle
 
 
 class SrunLauncher(MpiLauncher):
@@ -36,13 +36,18 @@ class SrunLauncher(MpiLauncher):
             "W": "wait", "O": "overcommit", "G": "gpus", "cpu_bind": "cpu-bind",
             "mem_bind": "mem-bind",
         },
-        allowed=frozenset({
-            "cpu-bind", "mem-bind", "mpi", "distribution", "gpu-bind", "gpus-per-task",
-            "gpus-per-node", "ntasks-per-gpu", "cpus-per-gpu", "overlap", "exact", "exclusive",
-            "hint", "threads-per-core", "ntasks-per-socket", "ntasks-per-core", "mem",
-            "mem-per-cpu", "mem-per-gpu", "network", "cpu-freq", "label", "unbuffered",
-            "kill-on-bad-exit", "wait", "gres-flags", "cpus-per-task", "switches", "overcommit",
-        }),
+        allowed={
+            "cpu-bind": Arity.VALUE, "mem-bind": Arity.VALUE, "mpi": Arity.VALUE,
+            "distribution": Arity.VALUE, "gpu-bind": Arity.VALUE, "gpus-per-task": Arity.VALUE,
+            "gpus-per-node": Arity.VALUE, "ntasks-per-gpu": Arity.VALUE,
+            "cpus-per-gpu": Arity.VALUE, "overlap": Arity.SWITCH, "exact": Arity.SWITCH,
+            "exclusive": Arity.OPTIONAL, "hint": Arity.VALUE, "threads-per-core": Arity.VALUE,
+            "ntasks-per-socket": Arity.VALUE, "ntasks-per-core": Arity.VALUE, "mem": Arity.VALUE,
+            "mem-per-cpu": Arity.VALUE, "mem-per-gpu": Arity.VALUE, "network": Arity.VALUE,
+            "cpu-freq": Arity.VALUE, "label": Arity.SWITCH, "unbuffered": Arity.SWITCH,
+            "kill-on-bad-exit": Arity.OPTIONAL, "wait": Arity.VALUE, "gres-flags": Arity.VALUE,
+            "cpus-per-task": Arity.VALUE, "switches": Arity.VALUE, "overcommit": Arity.SWITCH,
+        },
     )  # fmt: skip
 
     def __init__(
@@ -52,7 +57,7 @@ class SrunLauncher(MpiLauncher):
         executable: str | None = None,
         bash: str | None = None,
         cpu_bind: CpuBind | None = None,
-        allow_options: Iterable[str] = (),
+        allow_options: Mapping[str, Arity] | None = None,
         overlap: bool = False,
         mpi: str | None = None,
     ) -> None:

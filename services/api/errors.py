@@ -50,6 +50,8 @@ from lodestream.eventlog import EventLogError
 from lodestream.schemas.events.batch import SCHEDULER_OPTION_PATTERN, SCHEDULER_WORD_PATTERN
 from lodestream.schemas.resources import (
     APP_NAME_PATTERN,
+    LAUNCH_KEY_PATTERN,
+    LAUNCH_VALUE_PATTERN,
     NUL_FREE_PATTERN,
     PRINTABLE_PATTERN,
     WORKDIR_PATTERN,
@@ -158,6 +160,11 @@ _PATTERN_RULES: Final = {
     APP_NAME_PATTERN: "an app name is a letter or '_', then up to 79 letters, digits, '_.-'",
     TAG_FILTER_PATTERN: "a tag filter is key:value, the key 1-64 letters, digits or '_.-'",
     SCHEDULER_WORD_PATTERN: "one word of at most 128 printable characters, not starting with '-'",
+    LAUNCH_KEY_PATTERN: "a launch_params key is an option as written: '-' or '--', then a name",
+    LAUNCH_VALUE_PATTERN: (
+        "a launch_params value is '' (a switch) or one word of letters, digits and '_.,:=+/@%-'"
+        " that does not start with '-'"
+    ),
     SCHEDULER_OPTION_PATTERN: "an option name is a letter, then up to 63 letters, digits, '_-'",
 }
 

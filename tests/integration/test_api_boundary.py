@@ -85,7 +85,11 @@ NUL_REFUSED = "must not contain NUL (\\u0000), which Postgres cannot store"
         ({"parameters": {"n": f"1{NUL}"}}, "body.jobs.1.parameters.n", NUL_REFUSED),
         ({"parameters": {"n": "1", f"x{NUL}": "2"}}, "body.jobs.1.parameters.x", NUL_REFUSED),
         ({"tags": {"run": f"a{NUL}"}}, "body.jobs.1.tags.run", NUL_REFUSED),
-        ({"launch_params": {"cpu-bind": NUL}}, "body.jobs.1.launch_params.cpu-bind", NUL_REFUSED),
+        (
+            {"launch_params": {"--cpu-bind": NUL}},
+            "body.jobs.1.launch_params.--cpu-bind",
+            "a launch_params value is",
+        ),
         ({"data": {f"k{NUL}": 1}}, "body.jobs.1.data.k", NUL_REFUSED),
         (
             {"data": {"k": [1, {"deep": ["ok", f"n{NUL}"]}]}},
@@ -114,6 +118,43 @@ async def test_a_nul_anywhere_in_a_job_is_refused(
     body = error(response, 422)
     assert body["code"] == "invalid"
     assert body["message"].startswith(f"invalid submission: {where}")
+    assert message in body["message"]
+
+
+LAUNCH_VALUE = "a launch_params value is '' (a switch) or one word"
+
+
+@pytest.mark.parametrize(
+    ("params", "where", "message"),
+    [
+        # The audit's exploit: a value given to srun's -l switch became --export of its own.
+        (
+            {"-l": "--export=ALL,BASH_ENV=$(touch${IFS}pwned)"},
+            "body.jobs.1.launch_params.-l",
+            LAUNCH_VALUE,
+        ),
+        (
+            {"--cpu-bind": "cores --export=ALL"},
+            "body.jobs.1.launch_params.--cpu-bind",
+            LAUNCH_VALUE,
+        ),
+        ({"-bind-to": "-launcher-exec"}, "body.jobs.1.launch_params.-bind-to", LAUNCH_VALUE),
+        ({"--cpu-bind": "'x'"}, "body.jobs.1.launch_params.--cpu-bind", LAUNCH_VALUE),
+        ({"--cpu-bind": "a\nb"}, "body.jobs.1.launch_params.--cpu-bind", LAUNCH_VALUE),
+        # A key without dashes failed at run, on every retry.
+        ({"mpi": "pmi2"}, "body.jobs.1.launch_params.mpi", "a launch_params key is an option"),
+        ({"--a b": ""}, "body.jobs.1.launch_params.--a b", "a launch_params key is an option"),
+    ],
+)
+async def test_launch_params_that_could_read_as_syntax_are_refused(
+    api: ApiHarness, alice: dict[str, str], params: dict[str, str], where: str, message: str
+) -> None:
+    response = await refused(
+        api, "POST", "/jobs", alice, json={"jobs": [job(), job(launch_params=params)]}
+    )
+
+    body = error(response, 422)
+    assert body["message"].startswith(f"invalid submission: {where}"), body["message"]
     assert message in body["message"]
 
 

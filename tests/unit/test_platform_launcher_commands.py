@@ -26,6 +26,7 @@ from lodestream.platform_adapters.launchers import (
 )
 from lodestream.platform_adapters.launchers.layout import RankLayout, rank_cpu_sets
 from lodestream.platform_adapters.launchers.mpich import hydra_launches_with_srun
+from lodestream.platform_adapters.launchers.options import Arity
 from lodestream.platform_adapters.packing import Allocation
 
 BASH = "/bin/bash"
@@ -269,7 +270,7 @@ def test_local_launcher_uses_the_machines_gpu_variable_too() -> None:
          f"--exact --cpu-bind=map_cpu:0,1 {TAIL}"),
         ("srun", "generic-slurm", {"-c": "16", "--mpi": "pmix", "--overlap": ""},
          "srun --nodes=2 --ntasks=8 --ntasks-per-node=4 --nodelist=a,b --cpu-bind=cores "
-         f"--exact -c 16 --mpi=pmix --overlap {TAIL}"),
+         f"--exact --cpus-per-task=16 --mpi=pmix --overlap {TAIL}"),
         ("pals", "polaris", {"--cpu-bind": "depth", "-d": "4"},
          f"mpiexec -n 8 --ppn 4 --hosts a,b --cpu-bind depth -d 4 {TAIL}"),
         ("mpich", "generic-pbs", {"--bind-to": "socket", "-l": ""},
@@ -278,11 +279,12 @@ def test_local_launcher_uses_the_machines_gpu_variable_too() -> None:
          "mpiexec -np 8 --host a:4,b:4 --bind-to core -x OMP_NUM_THREADS -x LODE_JOB_ID "
          f"-x LODE_NODE_HOSTNAMES --map-by ppr:1:socket --report-bindings {TAIL}"),
         ("flux", "generic-flux", {"-o": "cpu-affinity=off", "--label-io": ""},
-         f"flux run -N 2 -n 8 -c 1 --requires=host:a,b -o cpu-affinity=off --label-io {TAIL}"),
+         "flux run -N 2 -n 8 -c 1 --requires=host:a,b --setopt=cpu-affinity=off "
+         f"--label-io {TAIL}"),
         ("aprun", "theta", {"-cc": "none", "-ss": ""},
          f"aprun -n 8 -N 4 -d 1 -j 1 -cc none -ss {TAIL}"),
         ("jsrun", "summit", {"--launch_distribution": "packed", "-b": "rs"},
-         f"jsrun -n 8 -r 4 -a 1 -c 1 -g 0 --launch_distribution=packed -b rs {TAIL}"),
+         f"jsrun -n 8 -r 4 -a 1 -c 1 -g 0 --launch_distribution=packed --bind=rs {TAIL}"),
     ],
 )  # fmt: skip
 def test_launch_params_add_options_or_replace_the_rendered_ones(
@@ -307,8 +309,24 @@ def test_launch_params_add_options_or_replace_the_rendered_ones(
         ("flux", "generic-flux", {"--requires": "host:other"}, "--requires is not"),
         ("srun", "generic-slurm", {"cpu_bind": "none"}, "'cpu_bind' is not a command-line option"),
         ("srun", "generic-slurm", {"--": "rm"}, "is not a command-line option"),
-        ("srun", "generic-slurm", {"--cpu-bind": "cores\n--prolog=/x"}, "not one line"),
-        ("srun", "generic-slurm", {"--cpu-bind": "a\0b"}, "not one line"),
+        ("srun", "generic-slurm", {"--cpu-bind": "cores\n--prolog=/x"}, "not one word"),
+        ("srun", "generic-slurm", {"--cpu-bind": "a\0b"}, "not one word"),
+        # A value given to a switch was a word of its own: a new option, or the program.
+        ("srun", "generic-slurm", {"-l": "--export=ALL,BASH_ENV=$(touch${IFS}x)"}, "not one"),
+        ("srun", "generic-slurm", {"-l": "/tmp/evil"}, "-l is a switch"),
+        ("srun", "generic-slurm", {"--overlap": "x"}, "--overlap is a switch"),
+        ("mpich", "generic-pbs", {"-l": "--launcher-exec=/tmp/x"}, "not one word"),
+        ("mpich", "generic-pbs", {"-l": "/tmp/evil"}, "-l is a switch"),
+        ("pals", "polaris", {"-l": "x"}, "-l is a switch"),
+        ("openmpi", "generic-slurm", {"--oversubscribe": "/tmp/evil"}, "is a switch"),
+        ("aprun", "theta", {"-ss": "x"}, "-ss is a switch"),
+        ("flux", "generic-flux", {"--label-io": "x"}, "--label-io is a switch"),
+        # Where a value is the next word, it may not read as an option, and a value is needed.
+        ("mpich", "generic-pbs", {"-bind-to": "-launcher-exec"}, "does not start with '-'"),
+        ("pals", "polaris", {"--cpu-bind": "a b"}, "not one word"),
+        ("pals", "polaris", {"--cpu-bind": "$(id)"}, "not one word"),
+        ("pals", "polaris", {"--cpu-bind": "'x'"}, "not one word"),
+        ("mpich", "generic-pbs", {"-bind-to": ""}, "-bind-to needs a value"),
     ],
 )  # fmt: skip
 def test_launch_params_that_could_run_code_or_are_malformed_are_refused(
@@ -319,7 +337,9 @@ def test_launch_params_that_could_run_code_or_are_malformed_are_refused(
 
 
 def test_a_site_may_allow_more_options() -> None:
-    srun = SrunLauncher(load_machine("generic-slurm"), bash=BASH, allow_options={"export"})
+    srun = SrunLauncher(
+        load_machine("generic-slurm"), bash=BASH, allow_options={"export": Arity.VALUE}
+    )
     argv = srun.render_command(make_spec(("a",), launch_params={"--export": "ALL"}))
     assert "--export=ALL" in argv
 
