@@ -6,7 +6,8 @@ LodeClientError
 │   └── Unreachable   no answer at all (connection refused, timeout)
 └── WatchError        a live watch cannot start or go on (bad filter, since past the end of
     │                 the log, no or revoked monitoring credential)
-    └── CredentialRevoked  the server refused or dropped the monitoring credential
+    ├── CredentialRevoked  the server refused or dropped the monitoring credential
+    └── WatchGap      the log no longer holds where a site's watch must start
 
 WatchNotice is not an error: what a watch tells its caller while it goes on (it fell
 behind and resumed, it refused an event).
@@ -45,6 +46,10 @@ class WatchError(LodeClientError):
 
 class CredentialRevoked(WatchError):
     """nats-server refused the monitoring credential (revoked, or never issued)."""
+
+
+class WatchGap(WatchError):
+    """A site's watch would have to skip events the log no longer holds; it stops instead."""
 
 
 class WatchNotice(UserWarning):

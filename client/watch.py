@@ -16,14 +16,17 @@ may be after its event loop has gone.
 The connection is wss:// with the user's monitoring credential
 (:mod:`lodestream.client.credential`), whose nats-server permissions allow reading
 the user's own sites and nothing else (:mod:`lodestream.infra.nats.monitor`). One
-consumer per site (:class:`~lodestream.client.watchfeed.SiteFeed`); each site's events
-arrive in stream order, each with its stream sequence.
+consumer per site, owned by this watch alone (:class:`~lodestream.client.watchfeed.SiteFeed`,
+:mod:`lodestream.client.watchslots`); each site's events arrive in stream order, each with
+its stream sequence.
 
-Resuming: the watch remembers, per site, the last sequence it handed out
-(:attr:`Watch.positions`) and after any break (a reconnect, a consumer the server dropped,
-messages lost to an overflowing subscription) starts that site again at the next one: no
-gap, no duplicate. A caller that stops and starts again later passes
-``since=last_seq + 1`` (one site) or ``since=watch.positions`` (several).
+Resuming: :attr:`Watch.positions` holds, for every site watched, the first sequence not yet
+handed out: where the watch started (``"now"`` or a time resolved to a sequence when the
+watch opens) until the site delivers, then one past its last event. After any break (a
+reconnect, a consumer the server dropped, messages lost to an overflowing subscription)
+the site starts again there: no gap, no duplicate. A caller that stops and starts again
+later passes ``since=watch.positions``; a start the log no longer holds raises
+:class:`~lodestream.client.errors.WatchGap` instead of skipping ahead.
 
 Every event is checked with the one shared rule
 (:func:`lodestream.schemas.trust.event_from_message`); one that fails it is skipped and
@@ -41,14 +44,14 @@ import warnings
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from lodestream.client.credential import MonitorCredential
-from lodestream.client.errors import CredentialRevoked, WatchError, WatchNotice
-from lodestream.client.watchfeed import INACTIVE_S, Restart, SiteFeed, Start
+from lodestream.client.errors import CredentialRevoked, WatchError, WatchGap, WatchNotice
+from lodestream.client.watchfeed import HEARTBEAT_S, INACTIVE_S, Restart, SiteFeed, Start
 from lodestream.infra.nats.monitor import monitor_inbox_prefix
 from lodestream.natsconn import TolerantClient, client_tls, server_urls
 from lodestream.schemas.codec import EVENT_CLASSES
@@ -59,7 +62,6 @@ from lodestream.schemas.subjects import check_site
 from lodestream.schemas.trust import event_from_message
 
 Since = int | datetime | Literal["now"] | Mapping[str, int]
-POLL_S: Final = 0.05
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +147,7 @@ class Watch:
         self._tagged: set[uuid.UUID] = set()
         self._nc: Client | None = None
         self._feeds: list[SiteFeed] = []
+        self._ready = asyncio.Event()  # a message arrived for one of the feeds
         self._errors: list[Exception] = []
         self.refused = 0  # events that failed the shared rule, skipped
         self.resumes = 0  # times a site's feed started again after a break
@@ -152,8 +155,14 @@ class Watch:
 
     @property
     def positions(self) -> dict[str, int]:
-        """Per site, the sequence to pass as ``since`` to continue after what was delivered."""
-        return {f.site: f.last_seq + 1 for f in self._feeds if f.last_seq is not None}
+        """Per site, the first sequence not handed out: ``since=`` this to continue exactly.
+
+        Every site watched is in it once the watch is open, those that delivered nothing
+        included (at the sequence the watch started from). Before, only the sites started
+        at a sequence are."""
+        if not self._feeds:
+            return {site: start.seq for site, start in self._starts.items() if start.seq}
+        return {f.site: f.position for f in self._feeds if f.position is not None}
 
     @property
     def behind(self) -> dict[str, int]:
@@ -194,21 +203,29 @@ class Watch:
             if self._nc is None:
                 await self._connect()
             while True:
+                # Cleared before the feeds are read: a message that arrives while the caller
+                # holds an event sets it again, and the next round does not wait.
+                self._ready.clear()
+                quiet = True
                 for feed in self._feeds:
-                    for seq, msg in await self._next(feed, POLL_S if len(self._feeds) > 1 else 1.0):
+                    for seq, msg in await self._take(feed):
+                        quiet = False
                         item = self._decode(feed.site, seq, msg)
                         if item is not None and self._filters.admits(item.event, self._tagged):
                             yield item
+                if quiet:  # wait on every site at once; the feeds' watchdogs run each second
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._ready.wait(), HEARTBEAT_S)
         finally:
             await self.close()
 
-    async def _next(self, feed: SiteFeed, timeout_s: float) -> list[tuple[int, Msg]]:
+    async def _take(self, feed: SiteFeed) -> list[tuple[int, Msg]]:
         self._raise_if_refused()
         try:
-            return await feed.next_batch(timeout_s)
+            return await feed.take()
         except Restart as exc:
             self._raise_if_refused()
-            self._notice(f"site {feed.site}: {exc.why}; resuming after sequence {feed.last_seq}")
+            self._notice(f"site {feed.site}: {exc.why}; resuming at sequence {feed.position}")
             self.resumes += 1
             await self._reopen(feed)
             return []
@@ -221,7 +238,7 @@ class Watch:
             try:
                 await feed.restart()
             except WatchError as exc:
-                if self._nc.is_closed:
+                if self._nc.is_closed or isinstance(exc, WatchGap):
                     raise
                 self._notice(f"site {feed.site}: {exc}; trying again")
             else:
@@ -258,6 +275,7 @@ class Watch:
                 self._starts[site],
                 inactive_s=self._inactive_s,
                 errors=self._errors,
+                ready=self._ready,
             )
             for site in self.sites
         ]
@@ -326,7 +344,11 @@ async def connect_monitor(credential: MonitorCredential, errors: list[Exception]
 def _start(since: Since, site: str, log_end: int | None) -> Start:
     if isinstance(since, Mapping):
         if site not in since:
-            return Start()
+            # Starting it at "now" would skip what it got while the caller was away.
+            raise WatchError(
+                f"since has no position for site {site!r}: pass one for every site watched "
+                "(Watch.positions has them all), e.g. 1 for everything"
+            )
         since = since[site]
     if since == "now":
         return Start()
@@ -358,14 +380,17 @@ def watch(
     """Watch ``sites``' events live; iterate with ``async for``.
 
     ``since`` is a stream sequence (the first to deliver), a tz-aware time, ``"now"``
-    (only what comes next) or a ``{site: sequence}`` mapping (:attr:`Watch.positions`).
+    (only what comes next) or a ``{site: sequence}`` mapping with every site of ``sites``
+    (:attr:`Watch.positions` of an earlier watch: this one goes on exactly where it
+    stopped).
     ``types`` (event types such as ``job.failed``), ``jobs`` (job ids) and ``tags`` (a
     job's tags, matched on the job's events from its creation on) narrow what is
     delivered. ``log_end`` (the log's last sequence, from the API) lets a ``since``
     beyond it be refused at once. ``inactive_s``: how long the server keeps a consumer
     this watch stopped pulling from (a caller that falls further behind is told, in a
     :class:`WatchNotice`, and resumes where it was). Raises :class:`WatchError` for a bad
-    argument and :class:`CredentialRevoked` when nats-server refuses the credential.
+    argument, :class:`CredentialRevoked` when nats-server refuses the credential and
+    :class:`WatchGap` when the log no longer holds a site's start.
     """
     filters = Filters.of(types, jobs, tags)
     return Watch(credential, sites, since, filters, log_end=log_end, inactive_s=inactive_s)

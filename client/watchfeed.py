@@ -1,17 +1,25 @@
-"""One site's events, read from ``EVENTS`` through a consumer the watcher owns.
+"""One site's events, read from ``EVENTS`` through a consumer the watch owns.
 
-The consumer is ephemeral and pull-based, filtered to ``evt.<site>.>``, with no acks:
-the server keeps nothing for it but a position, and sends only what was asked for. A
-watcher that stops asking (its caller is slow, or gone) costs the server no memory; after
+The consumer is pull-based, filtered to ``evt.<site>.>``, with no acks: the server keeps
+nothing for it but a position, and sends only what was asked for. It is this feed's alone
+(:mod:`lodestream.client.watchslots`: a create never attaches to an existing consumer).
+A watcher that stops asking (its caller is slow, or gone) costs the server no memory; after
 :data:`INACTIVE_S` without a pull the server deletes the consumer, and the feed re-creates
 it at the next sequence and says so (a :class:`~lodestream.client.errors.WatchNotice`).
 
 Two pull requests' worth of messages at most are in flight, so a new event reaches the
 caller as soon as it is stored (a pull request waits on the server) while replay runs at
-full speed. Every message carries its stream and consumer sequences; a consumer sequence
-that skips (nats-py dropped messages of a subscription that overflowed) or heartbeats
-that stop (the connection or the consumer is gone) make the feed start again from the
-sequence after the last one it delivered, so nothing is missed and nothing repeated.
+full speed. A request that expires (408) is replaced at once, so one is always waiting and
+the server's idle heartbeats never stop on a healthy, idle stream. Every message carries
+its stream and consumer sequences; a consumer sequence that skips (nats-py dropped
+messages of a subscription that overflowed), heartbeats that stop (the connection or the
+consumer is gone) or a pull the server ends make the feed start again from the sequence
+after the last one it handed out, so nothing is missed and nothing repeated.
+
+The feed's :attr:`SiteFeed.position` is the first sequence it has not handed out: where it
+started (``"now"`` and a time resolved to a sequence when the consumer is made), then one
+past the last event delivered. A start the log no longer holds is refused with
+:class:`~lodestream.client.errors.WatchGap`, never moved silently.
 """
 
 from __future__ import annotations
@@ -28,8 +36,9 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 
-from lodestream.client.errors import WatchError
-from lodestream.infra.nats.monitor import consumer_names, create_subject
+from lodestream.client.errors import WatchError, WatchGap
+from lodestream.client.watchslots import claim
+from lodestream.infra.nats.monitor import consumer_names
 from lodestream.schemas.subjects import EVENTS_STREAM
 
 BATCH: Final = 2048
@@ -38,7 +47,6 @@ HEARTBEAT_S: Final = 1.0
 INACTIVE_S: Final = 30.0
 API_TIMEOUT_S: Final = 5.0
 _NS: Final = 1_000_000_000
-_EXISTS: Final = frozenset({10013, 10105, 10148})  # name in use, with another config
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,8 +70,20 @@ class Restart(Exception):  # a signal inside the watch, never raised to its call
         self.why = why
 
 
+class _Signalling(asyncio.Queue[Msg]):
+    """A subscription's queue that also wakes the watch waiting on any of its feeds."""
+
+    def __init__(self, ready: asyncio.Event, maxsize: int) -> None:
+        super().__init__(maxsize)
+        self._ready = ready
+
+    def put_nowait(self, item: Msg) -> None:
+        super().put_nowait(item)
+        self._ready.set()
+
+
 class SiteFeed:
-    """Pull one site's events; :meth:`next_batch` returns raw messages in stream order."""
+    """Pull one site's events; :meth:`take` returns raw messages in stream order."""
 
     def __init__(
         self,
@@ -74,6 +94,7 @@ class SiteFeed:
         *,
         inactive_s: float = INACTIVE_S,
         errors: list[Exception] | None = None,
+        ready: asyncio.Event | None = None,
     ) -> None:
         self.site = site
         self._errors = errors if errors is not None else []  # what the server told the client
@@ -82,9 +103,14 @@ class SiteFeed:
         self._names = consumer_names(public_key)
         self._name: str | None = None
         self._start = start
+        # Set whenever a message arrives: one event for every feed of a watch, so that it
+        # waits on all its sites at once.
+        self.ready = ready if ready is not None else asyncio.Event()
+        self.position: int | None = start.seq  # the first sequence not handed out yet
         self.last_seq: int | None = None  # the last stream sequence handed out
         self._cseq = 0
         self._asked = 0  # messages requested and not yet received, expired or refused
+        self._broken: str | None = None  # why the feed must start again, once drained
         self._queue: asyncio.Queue[Msg] = asyncio.Queue()
         self._sub: Any = None
         self._inbox = ""
@@ -94,19 +120,27 @@ class SiteFeed:
         self.pending = 0
 
     async def open(self) -> None:
-        """Create a consumer in a free slot of the key's names, and start pulling."""
+        """Create a consumer of this feed's own under a free name of the key's, and pull."""
         self._inbox = self._nc.new_inbox()
-        # Read straight from the subscription's queue, as eventlog.pull does: a callback would
-        # cost a task switch per message. Its byte count is kept by hand (_take).
         self._sub = await self._nc.subscribe(self._inbox, pending_msgs_limit=4 * BATCH)
-        self._queue = self._sub._pending_queue
-        start = self._start if self.last_seq is None else Start(seq=self.last_seq + 1)
-        self._name, floor, self.pending = await self._create(start)
-        if self.last_seq is None:
-            # "now" and a time resolve to a sequence once, here: a restart before the first
-            # event must start where this consumer did, not at a later "now".
-            self._start = Start(seq=floor + 1)
-        self._cseq, self._asked = 0, 0
+        # Read straight from the subscription's queue, as eventlog.pull does: a callback would
+        # cost a task switch per message. Its byte count is kept by hand (_take). No message
+        # can have arrived yet: nothing was asked for on this inbox.
+        self._queue = self._sub._pending_queue = _Signalling(self.ready, 4 * BATCH)
+        start = self._start if self.position is None else Start(seq=self.position)
+        claimed = await claim(self._api, self._names, self.site, self._config(start))
+        self._name, self.pending = claimed.name, claimed.pending
+        if start.seq is not None and claimed.floor + 1 != start.seq:
+            await self.close()
+            raise WatchGap(
+                f"site {self.site}: the log no longer holds sequence {start.seq} (its first is "
+                f"{claimed.floor + 1}); events in between may be lost: start again with "
+                f"since={claimed.floor + 1} to go on without them"
+            )
+        # "now" and a time resolve to a sequence here, once: a restart before the first
+        # event, and the caller's cursor, start where this consumer did.
+        self.position = claimed.floor + 1
+        self._cseq, self._asked, self._broken = 0, 0, None
         self._heard = time.monotonic()
         await self._pull()
 
@@ -125,34 +159,40 @@ class SiteFeed:
         await self.close()
         await self.open()
 
-    async def next_batch(self, timeout_s: float) -> list[tuple[int, Msg]]:
-        """The messages received so far, each with its stream sequence (waiting up to
-        ``timeout_s`` for the first one)."""
+    async def take(self) -> list[tuple[int, Msg]]:
+        """The messages received so far, each with its stream sequence; no wait.
+
+        Raises :class:`Restart` when the feed must start again at :attr:`position` (after
+        handing out, in an earlier call, everything received before the break).
+        """
+        if self._broken is not None:
+            raise Restart(self._broken)
         msgs: list[tuple[int, Msg]] = []
-        deadline = time.monotonic() + timeout_s
-        while not msgs:
-            try:
-                msg = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                if time.monotonic() - self._heard > 3 * HEARTBEAT_S:
-                    raise Restart("no heartbeat from the server") from None
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return msgs
-                try:
-                    msg = await asyncio.wait_for(self._queue.get(), min(left, HEARTBEAT_S))
-                except TimeoutError:
-                    continue
+        while self._broken is None and not self._queue.empty():
+            msg = self._queue.get_nowait()
             self._heard = time.monotonic()
             if self._take(msg):
-                msgs.append((self.last_seq or 0, msg))
-            while not self._queue.empty():
-                msg = self._queue.get_nowait()
-                if self._take(msg):
-                    msgs.append((self.last_seq or 0, msg))
-        if self._asked < BATCH:
+                msgs.append((msg.metadata.sequence.stream, msg))
+        if not msgs:
+            if self._broken is not None:
+                raise Restart(self._broken)
+            if time.monotonic() - self._heard > 3 * HEARTBEAT_S:
+                raise Restart("no heartbeat from the server")
+        if self._broken is None and self._asked < BATCH:
             await self._pull()
         return msgs
+
+    async def next_batch(self, timeout_s: float) -> list[tuple[int, Msg]]:
+        """:meth:`take`, waiting up to ``timeout_s`` for the first message."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self.ready.clear()
+            msgs = await self.take()
+            left = deadline - time.monotonic()
+            if msgs or left <= 0:
+                return msgs
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.ready.wait(), min(left, HEARTBEAT_S))
 
     def _take(self, msg: Msg) -> bool:
         """Account for ``msg``; True if it is an event to hand out."""
@@ -161,10 +201,12 @@ class SiteFeed:
         if status is None:
             meta = msg.metadata
             if meta.sequence.consumer != self._cseq + 1:
-                raise Restart(f"delivery {meta.sequence.consumer} after {self._cseq}: a gap")
+                self._broken = f"delivery {meta.sequence.consumer} after {self._cseq}: a gap"
+                return False
             self._cseq = meta.sequence.consumer
             self._asked -= 1
             self.last_seq = meta.sequence.stream
+            self.position = self.last_seq + 1
             self.pending = meta.num_pending
             return True
         if status == "100":
@@ -173,7 +215,8 @@ class SiteFeed:
             self._asked -= int((msg.headers or {}).get("Nats-Pending-Messages", "0") or 0)
             return False
         description = (msg.headers or {}).get("Description", "")
-        raise Restart(f"the server ended the pull: {status} {description}".strip())
+        self._broken = f"the server ended the pull: {status} {description}".strip()
+        return False
 
     async def _pull(self) -> None:
         want = 2 * BATCH - self._asked
@@ -193,12 +236,12 @@ class SiteFeed:
             json.dumps(request).encode(),
             reply=self._inbox,
         )
+        if self._asked <= 0:
+            self._heard = time.monotonic()  # the heartbeats of a new request start now
         self._asked += want
 
-    async def _create(self, start: Start) -> tuple[str, int, int]:
-        """A consumer in a free slot: its name, the stream sequence it starts after, and how
-        many events it holds for this feed from there."""
-        config = {
+    def _config(self, start: Start) -> dict[str, Any]:
+        return {
             "filter_subject": f"evt.{self.site}.>",
             "ack_policy": "none",
             "replay_policy": "instant",
@@ -208,21 +251,6 @@ class SiteFeed:
             "max_waiting": 4,
             **start.config(),
         }
-        for name in self._names:
-            body = {"stream_name": EVENTS_STREAM, "action": "create",
-                    "config": {**config, "name": name}}  # fmt: skip
-            answer = await self._api(create_subject(name, self.site), json.dumps(body).encode())
-            error = answer.get("error")
-            if error is None:
-                floor = int(answer.get("delivered", {}).get("stream_seq", 0))
-                return name, floor, int(answer.get("num_pending", 0))
-            if error.get("err_code") not in _EXISTS:
-                raise WatchError(f"cannot watch site {self.site!r}: {error.get('description')}")
-        raise WatchError(
-            f"cannot watch site {self.site!r}: all {len(self._names)} watcher slots of this "
-            "credential are in use (other watchers, or ones stopped less than "
-            f"{self._inactive_s:.0f} s ago)"
-        )
 
     async def _api(self, subject: str, payload: bytes) -> dict[str, Any]:
         try:

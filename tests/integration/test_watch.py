@@ -104,14 +104,15 @@ async def test_since_last_seq_plus_one_continues_exactly(
 async def test_since_now_and_since_time(
     secure_nats: SecureNats, secure_js: JetStreamContext
 ) -> None:
-    await append_jobs(secure_js, "alpha", 2)
+    before = await append_jobs(secure_js, "alpha", 2)
     credential = monitor_for(secure_nats, ["alpha"])
     async with watch(credential, ["alpha"], since="now") as w:
+        assert w.positions == {"alpha": before[-1] + 1}  # "now", as a sequence
         new = await append_jobs(secure_js, "alpha", 1)
         assert [g.seq for g in await take(w, 5)] == new
     later = datetime.now(UTC) + timedelta(hours=1)
     async with watch(credential, ["alpha"], since=later) as w:
-        assert w.positions == {}
+        assert w.positions == {"alpha": new[-1] + 1}
 
 
 def test_sync_wrapper(secure_nats: SecureNats) -> None:
