@@ -15,7 +15,8 @@ NATS or processes:
 * which event takes the lease (it is ``job.started`` itself), and what a task that came
   up too late (draining, or the session lost) must do;
 * which event reports a run's end, a task that could not start, a drain or a late start,
-  and which counter of the pilot's report it adds to once it lands.
+  and which counter of the pilot's report it adds to once it lands;
+* whether a task that died was the scheduler stopping its pilot (a timeout, not an error).
 
 Results are ``(event class, data)`` in an :class:`Outcome`; the caller mints the event
 (id, producer time) when it appends it: a pilot's result is a fact observed once, not a
@@ -410,12 +411,74 @@ def drained(
     told to stop, so the site's ``handle_timeout`` decides whether it runs again. A pilot
     in a batch job names it, and what ended it, as the next link of the cause chain.
     """
+    cause = _drain_cause(session_id, reason, batch, remaining_s)
+    data = RunResultData(return_code=return_code, cause=cause, work=item.spec,
+                         attempt=item.attempt)  # fmt: skip
+    return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
+
+
+def _drain_cause(
+    session_id: uuid.UUID, reason: str, batch: PilotBatch | None, remaining_s: float
+) -> tuple[str, ...]:
+    """The pilot's link of the cause chain, and its batch job's when it runs in one."""
     cause = [f"launcher {session_id} drained: {reason}"]
     if batch is not None:
         verdict = batch_verdict(reason, remaining_s)
         cause.append(batch_cause(batch.id, scheduler=batch.scheduler,
                                  scheduler_id=batch.scheduler_id, verdict=verdict))  # fmt: skip
-    data = RunResultData(return_code=return_code, cause=tuple(cause), work=item.spec,
+    return tuple(cause)
+
+
+STOP_WINDOW_S = 5.0
+"""How long before its pilot is told to stop a task's death by a signal is that same stop.
+
+A scheduler that stops a batch job (``scancel``, preemption, its time limit) signals the
+job's steps at the same moment as the pilot's own process, and a task (``srun``: 143,
+Hydra's ``mpiexec``: 255) may die before the pilot has even been told; a busy node may
+deliver the pilot's signal a few seconds after its tasks'."""
+
+# 128 + SIGHUP, SIGINT, SIGKILL, SIGTERM as a shell reports them; 255: Hydra's mpiexec when
+# a signal ends its ranks. A negative code is Python's for a signalled child.
+_SIGNALLED_CODES = frozenset({129, 130, 137, 143, 255})
+
+
+def signalled(return_code: int) -> bool:
+    """Whether ``return_code`` is how a task (or its launcher) reports a signal's death."""
+    return return_code < 0 or return_code in _SIGNALLED_CODES
+
+
+def ended_by_stop(
+    return_code: int, *, ended_at: float, stopped_at: float | None,
+    window_s: float = STOP_WINDOW_S,
+) -> bool:  # fmt: skip
+    """Whether a task that ended with ``return_code`` at ``ended_at`` ended because its pilot
+    was told to stop at ``stopped_at`` (both monotonic; None: it was not told).
+
+    A failure after the stop is the stop's, whatever its code (the scheduler's signal reached
+    the task, or its launcher, first); one before it only if a signal ended it within
+    ``window_s``. A task that succeeded is a success, however late.
+    """
+    if stopped_at is None or return_code == 0:
+        return False
+    if ended_at >= stopped_at:
+        return True
+    return signalled(return_code) and stopped_at - ended_at <= window_s
+
+
+def ended_with_pilot(
+    item: WorkItem,
+    session_id: uuid.UUID,
+    return_code: int,
+    *,
+    batch: PilotBatch | None = None,
+    remaining_s: float = math.inf,
+) -> Outcome:
+    """The event that reports a task that died as its pilot was being stopped
+    (:func:`ended_by_stop`): RUN_TIMEOUT with the cause chain, as if the drain had stopped
+    it, never a run error that spends the job's retry budget."""
+    first = f"the task ended (return code {return_code}) as its pilot was told to stop"
+    cause = (first, *_drain_cause(session_id, "stopped", batch, remaining_s))
+    data = RunResultData(return_code=return_code, cause=cause, work=item.spec,
                          attempt=item.attempt)  # fmt: skip
     return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)
 

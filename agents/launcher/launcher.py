@@ -167,6 +167,9 @@ class Launcher:
         self._freed = asyncio.Event()
         self._draining = False
         self._drain_until = 0.0
+        # When the pilot was told to stop (monotonic): a task that dies about then died of it.
+        self._stopping = asyncio.Event()
+        self._stopped_at: float | None = None
         self._revoked = False
         self.report = LauncherReport()
         self._watch = JobWatch(js, site, chains=self._chains, stop_task=self._stop_task,
@@ -185,6 +188,7 @@ class Launcher:
             asyncio.create_task(self._reaper.run(reaper_stop)),
             asyncio.create_task(self.session.heartbeat_forever(self._stats, beat_stop)),
             asyncio.create_task(self._watch.check_forever(self.session.ttl_s, beat_stop)),
+            asyncio.create_task(self._note_stop(stop, beat_stop)),
         ]
         kills = await self._subscribe_live()
         try:
@@ -507,6 +511,15 @@ class Launcher:
                 await self._report(item, decide.late_start(item, self.session.id))
             case AfterStart.RUN:
                 code = await tracked.done
+                # (Not a task we stopped ourselves, which has no chain left to report on.)
+                ended_at = time.monotonic()
+                if item.key in self._chains and await self._ended_by_stop(code, ended_at):
+                    outcome = decide.ended_with_pilot(
+                        item, self.session.id, code, batch=self._batch,
+                        remaining_s=self.session.remaining_min() * 60,
+                    )  # fmt: skip
+                    await self._report(item, outcome)
+                    return
                 app = self._app_models.get(item.spec.app)
                 end = run_end(item, tracked, code, self._data_dir, leased_at=leased_at,
                               python_app=app is not None and app.python)  # fmt: skip
@@ -621,6 +634,31 @@ class Launcher:
         )
 
     # --- stopping -------------------------------------------------------------------------
+
+    async def _note_stop(self, stop: asyncio.Event, done: asyncio.Event) -> None:
+        """Note when the pilot is told to stop (its SIGTERM), for :meth:`_ended_by_stop`."""
+        told = asyncio.create_task(stop.wait())
+        over = asyncio.create_task(done.wait())
+        try:
+            await asyncio.wait((told, over), return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            told.cancel()
+            over.cancel()
+        if stop.is_set():
+            self._stopped_at = time.monotonic()
+            self._stopping.set()
+
+    async def _ended_by_stop(self, code: int, ended_at: float) -> bool:
+        """Whether a task that ended with ``code`` died of its pilot being stopped.
+
+        The scheduler signals the task and the pilot at once (``scancel``, preemption, its
+        time limit), and the task may die first: one that a signal ended waits a moment for
+        the pilot's own signal before it is taken for a failure (:data:`decide.STOP_WINDOW_S`).
+        """
+        if code != 0 and self._stopped_at is None and decide.signalled(code):
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), decide.STOP_WINDOW_S)
+        return decide.ended_by_stop(code, ended_at=ended_at, stopped_at=self._stopped_at)
 
     def _stop_task(self, key: JobKey, reason: str) -> bool:
         """Terminate the task of ``key`` and forget its chain; False if it does not run here."""

@@ -538,6 +538,66 @@ def test_a_pilot_in_a_batch_job_names_it_in_the_cause_chain(
     assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
 
 
+# --- a task that dies as its pilot is stopped ---------------------------------------------
+
+STOP_AT = 1000.0
+
+
+@pytest.mark.parametrize(
+    ("code", "ended_at", "stopped_at", "by_stop"),
+    [
+        # scancel: srun's 143, Hydra's 255, a signal Python reports, SIGKILL after KillWait,
+        # each a moment before the pilot's own SIGTERM
+        (143, STOP_AT - 0.5, STOP_AT, True),
+        (255, STOP_AT - 2.0, STOP_AT, True),
+        (-15, STOP_AT - 0.1, STOP_AT, True),
+        (137, STOP_AT - decide.STOP_WINDOW_S, STOP_AT, True),
+        # or after it, whatever the code
+        (143, STOP_AT + 0.2, STOP_AT, True),
+        (1, STOP_AT + 0.2, STOP_AT, True),
+        # a signal long before the stop is the task's own failure, and so is a plain error
+        (143, STOP_AT - decide.STOP_WINDOW_S - 0.1, STOP_AT, False),
+        (1, STOP_AT - 0.1, STOP_AT, False),
+        (2, STOP_AT - 0.1, STOP_AT, False),
+        # never stopped: a failure is a failure; a success is one, however late
+        (143, STOP_AT, None, False),
+        (0, STOP_AT + 1, STOP_AT, False),
+    ],
+)
+def test_a_task_that_dies_as_its_pilot_is_stopped_died_of_the_stop(
+    code: int, ended_at: float, stopped_at: float | None, by_stop: bool
+) -> None:
+    assert decide.ended_by_stop(code, ended_at=ended_at, stopped_at=stopped_at) is by_stop
+
+
+@pytest.mark.parametrize("code", [-15, -9, 129, 130, 137, 143, 255])
+def test_signal_deaths_are_told_from_failures(code: int) -> None:
+    assert decide.signalled(code)
+    assert not decide.signalled(code - 128 if code > 128 else 1)
+
+
+def test_a_task_that_died_with_its_stopped_pilot_timed_out_with_the_cause_chain() -> None:
+    batch = decide.PilotBatch(BATCH, "slurm", "1234")
+    outcome = decide.ended_with_pilot(item(attempt=2), SESSION, 255, batch=batch,
+                                      remaining_s=3600.0)  # fmt: skip
+    assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
+    assert outcome.data == RunResultData(
+        return_code=255,
+        cause=(
+            "the task ended (return code 255) as its pilot was told to stop",
+            f"launcher {SESSION} drained: stopped",
+            f"batch job {BATCH} (slurm 1234): told to stop (deleted, preempted or shut down)",
+        ),
+        work=SPEC,
+        attempt=2,
+    )
+    assert fold_outcome(outcome, running()).state is JobState.RUN_TIMEOUT
+    # the scheduler's time limit, in the pilot's last minute
+    late = decide.ended_with_pilot(item(), SESSION, 143, batch=batch, remaining_s=20.0)
+    assert isinstance(late.data, RunResultData)
+    assert late.data.cause[-1] == f"batch job {BATCH} (slurm 1234): walltime_expired"
+
+
 def test_a_pilot_that_cannot_tell_its_scheduler_id_names_the_batch_job_alone() -> None:
     outcome = decide.drained(item(), SESSION, "wall time reached", None,
                              batch=decide.PilotBatch(BATCH))  # fmt: skip
