@@ -45,6 +45,7 @@ from types import MappingProxyType
 from typing import ClassVar, Final
 
 from lodestream.platform_adapters.errors import InvalidJobId, InvalidSubmission, NotSupported
+from lodestream.platform_adapters.schedulers.directives import request_problem
 from lodestream.schemas.resources import FINAL_SCHEDULER_STATES, SchedulerState
 
 # Option names become `--name=value` / `-name value`: a name must not be able to smuggle in a
@@ -67,9 +68,11 @@ class BatchRequest:
 
     ``options`` are scheduler-native settings that each backend renders its own way (Slurm
     ``--name=value``, PBS ``-l name=value``, LSF ``-name value``; an empty value renders a bare
-    flag); their names are checked against ``OPTION_NAME``. ``extra_args`` are argv words added
-    verbatim before the script, for what options cannot say. ``env`` is exported to the job.
-    Empty ``project`` or ``queue`` leave the scheduler's default.
+    flag); their names are checked against ``OPTION_NAME``. Project, queue, job name and option
+    values must each be one word of data to any scheduler (``directives.request_problem``).
+    ``extra_args`` are argv words added verbatim before the script, for what options cannot
+    say. ``env`` is exported to the job. Empty ``project`` or ``queue`` leave the scheduler's
+    default.
     """
 
     project: str = ""
@@ -88,17 +91,19 @@ class BatchRequest:
             raise InvalidSubmission(
                 f"wall_time_min must be in [1, {MAX_WALL_TIME_MIN}], not {self.wall_time_min}"
             )
-        for what, value in (("project", self.project), ("queue", self.queue)):
-            # These become the value of a flag and a script directive: one word, no flag.
-            if value and (value.startswith("-") or not value.isprintable() or " " in value):
-                raise InvalidSubmission(f"{what} {value!r} is not a single printable word")
-        _check_text("job_name", self.job_name)
-        for name, value in self.options.items():
+        for name in self.options:
             if not OPTION_NAME.fullmatch(name):
                 raise InvalidSubmission(
                     f"option name {name!r} does not match {OPTION_NAME.pattern}"
                 )
-            _check_text(f"option {name}", value)
+        # Each becomes the value of a flag on the command line and in a script directive:
+        # one word of data, whatever the scheduler (each backend checks its rendering again).
+        problem = request_problem([
+            ("project", self.project), ("queue", self.queue), ("job_name", self.job_name),
+            *((f"option {name}", value) for name, value in self.options.items()),
+        ])  # fmt: skip
+        if problem is not None:
+            raise InvalidSubmission(problem)
         for word in self.extra_args:
             _check_text("extra argument", word)
         for name, value in self.env.items():

@@ -28,6 +28,13 @@ from lodestream.platform_adapters.schedulers.base import (
     Capabilities,
 )
 from lodestream.platform_adapters.schedulers.command import CommandScheduler
+from lodestream.platform_adapters.schedulers.directives import (
+    Flag,
+    Syntax,
+    argv_words,
+    directive_block,
+    separate,
+)
 from lodestream.platform_adapters.schedulers.parsing import map_state, skip
 from lodestream.platform_adapters.schedulers.runner import (
     CommandResult,
@@ -39,6 +46,7 @@ from lodestream.platform_adapters.schedulers.windows import windows_from_free_no
 from lodestream.schemas.resources import SchedulerState
 
 Q, R = SchedulerState.QUEUED, SchedulerState.RUNNING
+COBALT: Final = Syntax("cobalt", "#COBALT")
 
 COBALT_STATES: Final[Mapping[str, SchedulerState]] = MappingProxyType({
     "queued": Q,
@@ -62,17 +70,19 @@ NO_NAME: Final = "N/A"  # qstat's JobName of a job submitted without --jobname
 NODELIST_COLUMNS: Final = ("Name", "Queues", "Status", "Backfill")
 
 
-def _flags(request: BatchRequest) -> list[list[str]]:
-    pairs = []
+def _flags(request: BatchRequest) -> list[Flag]:
+    flags = []
     if request.project:
-        pairs.append(["-A", request.project])
+        flags.append(separate("project", "-A", request.project))
     if request.queue:
-        pairs.append(["-q", request.queue])
-    pairs += [["-n", str(request.nodes)], ["-t", str(request.wall_time_min)]]
+        flags.append(separate("queue", "-q", request.queue))
+    flags += [
+        separate("nodes", "-n", str(request.nodes)),
+        separate("wall_time_min", "-t", str(request.wall_time_min)),
+    ]
     if request.job_name:
-        pairs.append(["--jobname", request.job_name])
-    pairs += [[f"--{k}", v] if v else [f"--{k}"] for k, v in request.options.items()]
-    return pairs
+        flags.append(separate("job_name", "--jobname", request.job_name))
+    return flags + [separate(f"option {k}", f"--{k}", v) for k, v in request.options.items()]
 
 
 def render_qsub_argv(script_path: Path, request: BatchRequest) -> list[str]:
@@ -81,7 +91,7 @@ def render_qsub_argv(script_path: Path, request: BatchRequest) -> list[str]:
     Cobalt passes no environment but what ``--env`` names, joined by colons, so a value with a
     colon cannot be passed: that is refused rather than split.
     """
-    words = ["qsub", *(word for pair in _flags(request) for word in pair)]
+    words = ["qsub", *argv_words(_flags(request), COBALT)]
     words += ["-O", str(script_path.parent / script_path.stem)]
     if request.env:
         for name, value in request.env.items():
@@ -92,7 +102,7 @@ def render_qsub_argv(script_path: Path, request: BatchRequest) -> list[str]:
 
 
 def render_cobalt_header(request: BatchRequest) -> str:
-    return "".join(f"#COBALT {' '.join(pair)}\n" for pair in _flags(request))
+    return directive_block(_flags(request), COBALT)
 
 
 def parse_qsub(result: CommandResult) -> str:

@@ -28,12 +28,20 @@ from lodestream.platform_adapters.schedulers.base import (
     Capabilities,
 )
 from lodestream.platform_adapters.schedulers.command import CommandScheduler
+from lodestream.platform_adapters.schedulers.directives import (
+    Flag,
+    Syntax,
+    argv_words,
+    attached,
+    directive_block,
+)
 from lodestream.platform_adapters.schedulers.parsing import map_state, skip
 from lodestream.platform_adapters.schedulers.runner import CommandResult, failure_message
 from lodestream.platform_adapters.schedulers.timeparse import from_epoch
 from lodestream.schemas.resources import SchedulerState
 
 Q, R = SchedulerState.QUEUED, SchedulerState.RUNNING
+FLUX: Final = Syntax("flux", "#flux:")
 
 # ``{status}``: older flux-core prints PENDING/RUNNING, newer the job state while active.
 FLUX_STATES: Final[Mapping[str, SchedulerState]] = MappingProxyType({
@@ -79,15 +87,18 @@ def f58_to_decimal(text: str) -> str:
     return str(value)
 
 
-def _flags(request: BatchRequest) -> list[str]:
-    words = [f"--nodes={request.nodes}", f"--time-limit={request.wall_time_min}m"]
+def _flags(request: BatchRequest) -> list[Flag]:
+    flags = [
+        attached("nodes", "--nodes", str(request.nodes)),
+        attached("wall_time_min", "--time-limit", f"{request.wall_time_min}m"),
+    ]
     if request.queue:
-        words.append(f"--queue={request.queue}")
+        flags.append(attached("queue", "--queue", request.queue))
     if request.project:
-        words.append(f"--bank={request.project}")
+        flags.append(attached("project", "--bank", request.project))
     if request.job_name:
-        words.append(f"--job-name={request.job_name}")
-    return words + [f"--{k}={v}" if v else f"--{k}" for k, v in request.options.items()]
+        flags.append(attached("job_name", "--job-name", request.job_name))
+    return flags + [attached(f"option {k}", f"--{k}", v) for k, v in request.options.items()]
 
 
 def render_batch_argv(script_path: Path, request: BatchRequest) -> list[str]:
@@ -96,7 +107,7 @@ def render_batch_argv(script_path: Path, request: BatchRequest) -> list[str]:
     return [
         "flux",
         "batch",
-        *_flags(request),
+        *argv_words(_flags(request), FLUX),
         f"--output={stem}.{{{{id}}}}.out",
         f"--error={stem}.{{{{id}}}}.err",
         *request.extra_args,
@@ -105,7 +116,7 @@ def render_batch_argv(script_path: Path, request: BatchRequest) -> list[str]:
 
 
 def render_flux_header(request: BatchRequest) -> str:
-    return "".join(f"#flux: {word}\n" for word in _flags(request))
+    return directive_block(_flags(request), FLUX)
 
 
 def render_jobs_argv(ids: tuple[str, ...] | None, user: str, *, all_states: bool) -> list[str]:

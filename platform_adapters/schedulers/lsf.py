@@ -35,6 +35,13 @@ from lodestream.platform_adapters.schedulers.base import (
     Capabilities,
 )
 from lodestream.platform_adapters.schedulers.command import CommandOptions, CommandScheduler
+from lodestream.platform_adapters.schedulers.directives import (
+    Flag,
+    Syntax,
+    argv_words,
+    directive_block,
+    separate,
+)
 from lodestream.platform_adapters.schedulers.parsing import (
     expect_object,
     load_json,
@@ -50,6 +57,9 @@ from lodestream.platform_adapters.schedulers.timeparse import localize
 from lodestream.schemas.resources import SchedulerState
 
 Q, R = SchedulerState.QUEUED, SchedulerState.RUNNING
+# bsub reads `-R span[ptile=N]`, which the adapter writes itself; a request's values never
+# hold brackets (BatchRequest refuses them).
+BSUB: Final = Syntax("lsf", "#BSUB", extra_chars="[]")
 
 LSF_STATES: Final[Mapping[str, SchedulerState]] = MappingProxyType({
     "PEND": Q,
@@ -100,25 +110,22 @@ def lsf_state(stat: str, exit_reason: str) -> SchedulerState:
     return state
 
 
-def _flags(request: BatchRequest, slots_per_node: int | None) -> list[list[str]]:
+def _flags(request: BatchRequest, slots_per_node: int | None) -> list[Flag]:
     """Each flag with its value, in order: directives and argv are made from the same list."""
-    pairs = []
+    flags = []
     if request.project:
-        pairs.append(["-P", request.project])
+        flags.append(separate("project", "-P", request.project))
     if request.queue:
-        pairs.append(["-q", request.queue])
+        flags.append(separate("queue", "-q", request.queue))
     if slots_per_node is None:
-        pairs.append(["-nnodes", str(request.nodes)])
+        flags.append(separate("nodes", "-nnodes", str(request.nodes)))
     else:
-        pairs.append(["-n", str(request.nodes * slots_per_node)])
-        pairs.append(["-R", f"span[ptile={slots_per_node}]"])
-    pairs.append(["-W", str(request.wall_time_min)])
+        flags.append(separate("nodes", "-n", str(request.nodes * slots_per_node)))
+        flags.append(separate("slots_per_node", "-R", f"span[ptile={slots_per_node}]"))
+    flags.append(separate("wall_time_min", "-W", str(request.wall_time_min)))
     if request.job_name:
-        pairs.append(["-J", request.job_name])
-    pairs += [
-        [f"-{name}", value] if value else [f"-{name}"] for name, value in request.options.items()
-    ]
-    return pairs
+        flags.append(separate("job_name", "-J", request.job_name))
+    return flags + [separate(f"option {k}", f"-{k}", v) for k, v in request.options.items()]
 
 
 def render_bsub_argv(
@@ -126,13 +133,13 @@ def render_bsub_argv(
 ) -> list[str]:
     """``bsub ... script``; bsub copies its environment, which carries ``request.env``."""
     stem = script_path.parent / script_path.stem
-    words = ["bsub", *(word for pair in _flags(request, slots_per_node) for word in pair)]
+    words = ["bsub", *argv_words(_flags(request, slots_per_node), BSUB)]
     words += ["-o", f"{stem}.%J.out", "-e", f"{stem}.%J.err"]
     return [*words, *request.extra_args, str(script_path)]
 
 
 def render_bsub_header(request: BatchRequest, *, slots_per_node: int | None = None) -> str:
-    return "".join(f"#BSUB {' '.join(pair)}\n" for pair in _flags(request, slots_per_node))
+    return directive_block(_flags(request, slots_per_node), BSUB)
 
 
 def render_bjobs_argv(ids: tuple[str, ...] | None, user: str, *, all_states: bool) -> list[str]:

@@ -37,6 +37,13 @@ from lodestream.platform_adapters.schedulers.base import (
     Capabilities,
 )
 from lodestream.platform_adapters.schedulers.command import CommandOptions, CommandScheduler
+from lodestream.platform_adapters.schedulers.directives import (
+    Flag,
+    Syntax,
+    argv_words,
+    directive_block,
+    separate,
+)
 from lodestream.platform_adapters.schedulers.parsing import expect_object, map_state, skip
 from lodestream.platform_adapters.schedulers.runner import (
     CommandResult,
@@ -53,6 +60,8 @@ from lodestream.platform_adapters.schedulers.windows import windows_from_free_no
 from lodestream.schemas.resources import SchedulerState
 
 Q, R = SchedulerState.QUEUED, SchedulerState.RUNNING
+# qsub splits an -l value at commas into further resources: `-l comment=x,place=excl`.
+PBS: Final = Syntax("pbs", "#PBS", forbidden_chars=",")
 
 PBS_STATES: Final[Mapping[str, SchedulerState]] = MappingProxyType({
     "Q": Q,
@@ -99,30 +108,33 @@ def _walltime(minutes: int) -> str:
     return f"{minutes // 60:02d}:{minutes % 60:02d}:00"
 
 
-def _resource_lists(request: BatchRequest) -> list[str]:
-    """The ``-l`` values: the select chunk (plus the ``select`` option), walltime, the rest."""
+def _resource_flags(request: BatchRequest) -> list[Flag]:
+    """The ``-l`` flags: the select chunk (plus the ``select`` option), walltime, the rest."""
     chunk = f"{request.nodes}"
     if request.options.get("select"):
         chunk += ":" + request.options["select"]
-    values = [f"select={chunk}", f"walltime={_walltime(request.wall_time_min)}"]
+    flags = [
+        separate("nodes", "-l", f"select={chunk}"),
+        separate("wall_time_min", "-l", f"walltime={_walltime(request.wall_time_min)}"),
+    ]
     for name, value in request.options.items():
         if name == "select":
             continue
         if not value:
             raise InvalidSubmission(f"PBS resource {name} needs a value (-l {name}=<value>)")
-        values.append(f"{name}={value}")
-    return values
+        flags.append(separate(f"option {name}", "-l", f"{name}={value}"))
+    return flags
 
 
-def _named_flags(request: BatchRequest) -> list[str]:
-    words = []
+def _named_flags(request: BatchRequest) -> list[Flag]:
+    flags = []
     if request.project:
-        words += ["-A", request.project]
+        flags.append(separate("project", "-A", request.project))
     if request.queue:
-        words += ["-q", request.queue]
+        flags.append(separate("queue", "-q", request.queue))
     if request.job_name:
-        words += ["-N", request.job_name]
-    return words
+        flags.append(separate("job_name", "-N", request.job_name))
+    return flags
 
 
 def render_qsub_argv(script_path: Path, request: BatchRequest) -> list[str]:
@@ -132,9 +144,7 @@ def render_qsub_argv(script_path: Path, request: BatchRequest) -> list[str]:
     environment, which carries them, so no value has to survive PBS's comma splitting.
     """
     stem = script_path.parent / script_path.stem
-    words = ["qsub", *_named_flags(request)]
-    for value in _resource_lists(request):
-        words += ["-l", value]
+    words = ["qsub", *argv_words(_named_flags(request) + _resource_flags(request), PBS)]
     words += ["-o", f"{stem}.out", "-e", f"{stem}.err"]
     if request.env:
         words += ["-v", ",".join(request.env)]
@@ -142,10 +152,7 @@ def render_qsub_argv(script_path: Path, request: BatchRequest) -> list[str]:
 
 
 def render_pbs_header(request: BatchRequest) -> str:
-    flags = _named_flags(request)
-    lines = [f"#PBS {flag} {value}\n" for flag, value in zip(flags[::2], flags[1::2], strict=True)]
-    lines += [f"#PBS -l {value}\n" for value in _resource_lists(request)]
-    return "".join(lines)
+    return directive_block(_named_flags(request) + _resource_flags(request), PBS)
 
 
 def render_qstat_argv(ids: tuple[str, ...] | None) -> list[str]:

@@ -5,9 +5,10 @@ The lifecycle these events make, as data, is :mod:`lodestream.schemas.batch`.
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Final, Literal
 
-from pydantic import Field, StringConstraints
+from pydantic import AfterValidator, Field, StringConstraints
 
 from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
 from lodestream.schemas.resources import (
@@ -31,7 +32,40 @@ SCHEDULER_OPTION_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
 SCHEDULER_WORD_PATTERN: Final = r"^(?:[^\s\x00-\x1f\x7f-\x9f-][^\s\x00-\x1f\x7f-\x9f]{0,127})?$"
 SCHEDULER_NAME_PATTERN: Final = r"^[a-z0-9_-]{0,32}$"
 
+# What a value may be wherever it reaches a scheduler, whose directive lines (#SBATCH, #PBS,
+# #BSUB, #COBALT, #flux:) it splits into words on whitespace, honouring quotes, backslashes and
+# '#' comments, and a shell that may expand it: letters, digits and `_.,:=+/@%`, and '-'
+# anywhere but first (a word that starts with '-' is an option where a flag's value is the next
+# word). Nothing else, so no value can end a word, a line or a directive, or start one.
+SCHEDULER_VALUE_CHARS: Final = "A-Za-z0-9_.,:=+/@%"
+SCHEDULER_VALUE_PATTERN: Final = rf"^(?:[{SCHEDULER_VALUE_CHARS}][{SCHEDULER_VALUE_CHARS}-]*)?$"
+SCHEDULER_VALUE_RULE: Final = "letters, digits and '_.,:=+/@%-', not starting with '-'"
+_SCHEDULER_VALUE: Final = re.compile(SCHEDULER_VALUE_PATTERN)
+
+
+def scheduler_value_problem(value: str) -> str | None:
+    """Why ``value`` cannot reach a scheduler as one word of data; None if it can."""
+    if _SCHEDULER_VALUE.fullmatch(value):
+        return None
+    if value.startswith("-"):
+        return "starts with '-', so it could be read as an option"
+    bad = next(c for c in value if not _SCHEDULER_VALUE.fullmatch("a" + c))
+    return f"{bad!r} is not one of {SCHEDULER_VALUE_RULE}"
+
+
+def _renderable(value: str) -> str:
+    problem = scheduler_value_problem(value)
+    if problem is not None:
+        raise ValueError(f"cannot reach the scheduler as one word: {problem}")
+    return value
+
+
 SchedulerWord = Annotated[str, StringConstraints(pattern=SCHEDULER_WORD_PATTERN)]
+# What a request may ask for through the API, which refuses (422) what no scheduler could be
+# handed as data. Events keep the looser types above, so that an event appended before this rule
+# still reads; the site agent refuses such a request when it renders it (batch.submit_failed).
+RenderableWord = Annotated[str, StringConstraints(max_length=128), AfterValidator(_renderable)]
+RenderableValue = Annotated[str, StringConstraints(max_length=1024), AfterValidator(_renderable)]
 OptionName = Annotated[str, StringConstraints(pattern=SCHEDULER_OPTION_PATTERN)]
 # One line of a batch script directive: no line break, no control character.
 OptionValue = Annotated[str, StringConstraints(max_length=1024, pattern=PRINTABLE_PATTERN)]

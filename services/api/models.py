@@ -25,7 +25,13 @@ from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
 from sqlalchemy import RowMapping
 
-from lodestream.schemas.events.batch import BatchRequestData
+from lodestream.schemas.events.batch import (
+    MAX_OPTIONS,
+    BatchRequestData,
+    OptionName,
+    RenderableValue,
+    RenderableWord,
+)
 from lodestream.schemas.events.job import CreatedData
 from lodestream.schemas.events.scaler import (
     ScalerBacklogData,
@@ -314,10 +320,15 @@ class SiteOut(BaseModel):
         description="the locations the site's transfer module reaches (name → URL), as the "
         "site declared them; a job may stage only through one of them"
     )
+    credential_error: str | None = Field(
+        None,
+        description="why the credential sync left the site's key out of NATS (it cannot "
+        "connect until the key is rebound); null when it is applied",
+    )
 
     @classmethod
-    def from_row(cls, row: RowMapping) -> SiteOut:
-        return cls.model_validate(dict(row))
+    def from_row(cls, row: RowMapping, credential_error: str | None = None) -> SiteOut:
+        return cls.model_validate({**row, "credential_error": credential_error})
 
 
 class ScalerDecisionOut(BaseModel):
@@ -373,10 +384,15 @@ class BatchJobCreate(BatchRequestData):
     ``job_mode`` defaults to ``serial`` here: a pilot that packs single-node jobs on its
     nodes, the common case. ``options`` reach the scheduler only where the site's settings
     allow their names (``scheduler.request_options``); the site refuses the others with
-    ``batch.submit_failed``.
+    ``batch.submit_failed``. Queue, project and option values are refused here (422) unless
+    each is one word a scheduler reads as data (``RenderableWord``): a space in an option's
+    value would otherwise add directives to the pilot's script.
     """
 
     job_mode: Literal["serial", "mpi"] = "serial"
+    queue: RenderableWord = ""
+    project: RenderableWord = ""
+    options: dict[OptionName, RenderableValue] = Field(default_factory=dict, max_length=MAX_OPTIONS)
     idempotency_key: Annotated[str, StringConstraints(min_length=1, max_length=200)] | None = None
 
     def request(self) -> BatchRequestData:
@@ -447,3 +463,6 @@ class MonitoringKeyOut(Wire):
     public_key: str | None
     sites: list[str]
     log_end: int = Field(description="the last stream sequence of the log (0: empty)")
+    credential_error: str | None = Field(
+        None, description="why the credential sync left this key out of NATS; null if applied"
+    )

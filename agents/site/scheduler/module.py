@@ -238,9 +238,11 @@ class PilotScheduler:
                 wall_time_min=view.request.wall_time_min, job_name=decide.job_name(view.id),
                 options=plan.options, env={"LODE_BATCH_JOB_ID": str(view.id)},
             )  # fmt: skip
+            # The adapter checks every rendered word: a request's value that its scheduler
+            # would read as syntax is refused here, before a script is written or run.
+            script = self.scheduler.render_script(body, request)
         except (TemplateError, InvalidSubmission) as exc:
             return _Refused(str(exc))
-        script = self.scheduler.render_script(body, request)
         try:
             path = await asyncio.to_thread(self._write_script, view.id, script)
             return await asyncio.to_thread(self.scheduler.submit_request, path, request)

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from lodestream.platform_adapters.schedulers.base import BatchRequest
+from lodestream.platform_adapters.schedulers.directives import (
+    Flag,
+    Syntax,
+    argv_words,
+    attached,
+    directive_block,
+)
+
+# sbatch starts another component of a heterogeneous job at `hetjob` (`packjob` before 20.02)
+# anywhere on an #SBATCH line.
+SBATCH: Final = Syntax("slurm", "#SBATCH", forbidden_words=("hetjob", "packjob"))
 
 # squeue --format for the text fallback: reason last, so a stray '|' in it cannot shift columns.
 SQUEUE_FIELDS: Final = ("%i", "%T", "%D", "%P", "%l", "%M", "%S", "%N", "%r")
@@ -14,19 +24,18 @@ SINFO_NODE_FIELDS: Final = ("%N", "%R", "%a", "%t", "%l")
 SACCT_FIELDS: Final = ("JobIDRaw", "State", "ExitCode", "Start", "End", "NNodes", "NodeList")
 
 
-def _flags(options: Mapping[str, str]) -> list[str]:
-    return [f"--{name}={value}" if value else f"--{name}" for name, value in options.items()]
-
-
-def _resource_flags(request: BatchRequest) -> list[str]:
-    words = [f"--nodes={request.nodes}", f"--time={request.wall_time_min}"]
+def _resource_flags(request: BatchRequest) -> list[Flag]:
+    flags = [
+        attached("nodes", "--nodes", str(request.nodes)),
+        attached("wall_time_min", "--time", str(request.wall_time_min)),
+    ]
     if request.project:
-        words.append(f"--account={request.project}")
+        flags.append(attached("project", "--account", request.project))
     if request.queue:
-        words.append(f"--partition={request.queue}")
+        flags.append(attached("queue", "--partition", request.queue))
     if request.job_name:
-        words.append(f"--job-name={request.job_name}")
-    return words + _flags(request.options)
+        flags.append(attached("job_name", "--job-name", request.job_name))
+    return flags + [attached(f"option {k}", f"--{k}", v) for k, v in request.options.items()]
 
 
 def render_sbatch_argv(script_path: Path, request: BatchRequest) -> list[str]:
@@ -40,7 +49,7 @@ def render_sbatch_argv(script_path: Path, request: BatchRequest) -> list[str]:
     return [
         "sbatch",
         "--parsable",
-        *_resource_flags(request),
+        *argv_words(_resource_flags(request), SBATCH),
         f"--output={stem}.%j.out",
         f"--error={stem}.%j.err",
         *request.extra_args,
@@ -49,7 +58,7 @@ def render_sbatch_argv(script_path: Path, request: BatchRequest) -> list[str]:
 
 
 def render_sbatch_header(request: BatchRequest) -> str:
-    return "".join(f"#SBATCH {word}\n" for word in _resource_flags(request))
+    return directive_block(_resource_flags(request), SBATCH)
 
 
 def render_squeue_json_argv(ids: tuple[str, ...] | None, user: str) -> list[str]:
