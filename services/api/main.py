@@ -18,6 +18,7 @@ from lodestream.services.api import errors
 from lodestream.services.api.deps import ApiContext
 from lodestream.services.api.feedframes import FrameCache
 from lodestream.services.api.feedhub import FeedHubs
+from lodestream.services.api.feedslots import StreamSlots
 from lodestream.services.api.routes import (
     actions,
     apps,
@@ -25,6 +26,7 @@ from lodestream.services.api.routes import (
     events,
     health,
     jobs,
+    me,
     monitoring,
     sites,
     stream,
@@ -70,7 +72,10 @@ def create_app(settings: Settings) -> FastAPI:
     )
     errors.install(app)
     app.state.feed_hubs = FeedHubs(FrameCache())  # the push feed's, shared by its clients
-    routers = (jobs, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, health)
+    app.state.feed_slots = StreamSlots()  # the push feed's streams open per user
+    routers = (
+        jobs, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, me, health
+    )  # fmt: skip
     for module in routers:
         app.include_router(module.router)
     return app

@@ -73,7 +73,7 @@ def test_user_names_are_actor_safe(name: str) -> None:
 
 
 async def test_health_needs_no_token(api: ApiHarness) -> None:
-    assert (await api.client.get("/healthz")).json() == {"status": "ok"}
+    assert (await api.client.get("/healthz")).json() == {"status": "ok", "credentials": None}
     assert (await api.client.get("/readyz")).status_code == 200
 
 

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from typing import Final, Literal
 
 from fastapi import APIRouter
 from nats.errors import Error as NatsError
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.services.api import credsync
+from lodestream.services.api.credsync import CredentialSyncOut
 from lodestream.services.api.deps import ApiContext, Context
 from lodestream.services.api.errors import NotReady
 from lodestream.services.api.models import Check, ProjectorLag, Readiness
@@ -21,9 +24,24 @@ router = APIRouter(tags=["health"])
 CHECK_TIMEOUT_S: Final = 2.0
 
 
-@router.get("/healthz")
-async def healthz() -> dict[str, str]:
-    return {"status": "ok"}
+class Health(BaseModel):
+    status: Literal["ok"]
+    credentials: CredentialSyncOut | None = Field(
+        description="the credential sync of `lode up` (null where NATS's authorization is "
+        "managed elsewhere, or Postgres does not answer): a stuck or degraded sync means "
+        "some credential changes are not taking effect"
+    )
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(ctx: Context) -> Health:
+    """The process serves requests (always 200); and the state of the credential sync."""
+    try:
+        async with asyncio.timeout(CHECK_TIMEOUT_S), ctx.engine.connect() as conn:
+            credentials = await credsync.sync_state(conn)
+    except (SQLAlchemyError, OSError, TimeoutError):
+        credentials = None  # /readyz says why Postgres does not answer
+    return Health(status="ok", credentials=credentials)
 
 
 @router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness}})

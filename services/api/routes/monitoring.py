@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError
 
 from lodestream.infra.postgres.tables import monitoring_keys
 from lodestream.schemas.subjects import EVENTS_STREAM
-from lodestream.services.api import keys, queries
+from lodestream.services.api import credsync, keys, queries
 from lodestream.services.api.deps import Context, User
 from lodestream.services.api.errors import (
     Conflict,
@@ -91,7 +91,11 @@ async def delete_monitoring_key(ctx: Context, user: User) -> Response:
 async def _out(ctx: Context, user: str, key: str | None) -> MonitoringKeyOut:
     async with ctx.engine.connect() as conn:
         rows = await queries.list_sites(conn, user, include_removed=False)
+        failed = await credsync.rejects_of(conn, "monitor", {user: key})
     info = await ctx.js.stream_info(EVENTS_STREAM)
     return MonitoringKeyOut(
-        public_key=key, sites=[str(r["name"]) for r in rows], log_end=info.state.last_seq
+        public_key=key,
+        sites=[str(r["name"]) for r in rows],
+        log_end=info.state.last_seq,
+        credential_error=failed.get(user),
     )

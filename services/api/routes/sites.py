@@ -18,7 +18,7 @@ from lodestream.schemas.events.site import (
 )
 from lodestream.schemas.ids import derived_id
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
-from lodestream.services.api import appends, keys, queries, waiting
+from lodestream.services.api import appends, credsync, keys, queries, waiting
 from lodestream.services.api.deps import Context, Db, User
 from lodestream.services.api.errors import (
     Conflict,
@@ -99,7 +99,9 @@ async def register_site(
 )
 async def list_sites(user: User, db: Db, include_removed: bool = False) -> list[SiteOut]:
     rows = await queries.list_sites(db, user, include_removed=include_removed)
-    return [SiteOut.from_row(r) for r in rows]
+    bound = {str(r["name"]): r["public_key"] for r in rows if r["removed_at"] is None}
+    failed = await credsync.rejects_of(db, "site", bound)
+    return [SiteOut.from_row(r, failed.get(str(r["name"]))) for r in rows]
 
 
 @router.get(
