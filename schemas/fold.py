@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -74,7 +74,7 @@ def apply(view: JobView | None, event: Event, seq: int) -> JobView:
 
     state = view.state
     lease_seq, lease_session = view.lease_seq, view.lease_session
-    for skipped in _skipped(event):
+    for skipped in skipped_steps(event):
         if skipped not in SKIPPABLE:
             raise IllegalTransition(f"{skipped} cannot be skipped")
         if skipped == "job.run_done":
@@ -128,6 +128,37 @@ def fold(events: Iterable[tuple[int, Event]]) -> JobView | None:
     return view
 
 
+def steps_of(event_type: str, skipped: Sequence[str] = ()) -> tuple[str, ...]:
+    """The transitions one event stands for, in the order the fold takes them.
+
+    A ``job.created`` that skips steps skips the ones after it (it is created runnable); any
+    other event's skipped steps come before it (``job.preprocessed`` skipping
+    ``job.ready, job.staged_in``).
+    """
+    if event_type == "job.created":
+        return (event_type, *skipped)
+    return (*skipped, event_type)
+
+
+def state_after(
+    state: JobState | None, event_type: str, skipped: Sequence[str] = ()
+) -> JobState | None:
+    """The state a job is in after an event, by the table alone: the state :func:`apply`
+    reaches, without its checks.
+
+    For views that may not have seen a job's earlier events (a live view started late):
+    ``state`` is what the view knows (None: nothing), and a lease event, which keeps the
+    state, leaves it as it was. Events that are no job events leave it too. A view that
+    folds every event of a job with this reaches the projector's state
+    (tests/unit/test_state_rule.py).
+    """
+    for step in steps_of(event_type, skipped):
+        transition = TRANSITIONS.get(step)
+        if transition is not None and transition.target is not None:
+            state = transition.target
+    return state
+
+
 def _created_state(event: JobCreated) -> JobState:
     """CREATED, or PREPROCESSED for a job created runnable; IllegalTransition if it may not be.
 
@@ -146,12 +177,13 @@ def _created_state(event: JobCreated) -> JobState:
     if event.data.transfers:
         raise IllegalTransition("job.created skips to runnable a job that has transfer items")
     state = JobState.CREATED
-    for step in skipped:
+    for step in steps_of(event.type, skipped)[1:]:
         state = _step(TRANSITIONS[step], state, leased=False, skipped_in=event.type)
     return state
 
 
-def _skipped(event: Event) -> tuple[str, ...]:
+def skipped_steps(event: Event) -> tuple[str, ...]:
+    """The steps ``event`` records as skipped (empty for a payload without the field)."""
     data = event.data
     # Only payloads that have the field are asked: a pydantic model asked for a field it
     # lacks runs its __getattr__ and raises: microseconds, on every job event of every consumer.

@@ -36,6 +36,7 @@ from lodestream.services.api.uisession import COOKIE, Viewer, session_value
 router = APIRouter(tags=["dashboard"])
 
 STATIC: Final = {
+    "fold.js": "text/javascript; charset=utf-8",
     "dashboard.js": "text/javascript; charset=utf-8",
     "dashboard.css": "text/css; charset=utf-8",
 }

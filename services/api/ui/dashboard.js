@@ -97,10 +97,11 @@ function apply(ev) {
 }
 
 function applyJob(ev) {
-  const id = ev.aggregate_id, site = ev.site, target = S.targets[ev.type];
+  const id = ev.aggregate_id, site = ev.site, known = S.jobs[id];
   if (ev.type === "job.started") S.cores[id] = placementCores(ev.data.placement);
-  if (!target) return;  // lease events: the state does not change
-  const known = S.jobs[id];
+  // The projector's rule (fold.js): a job created runnable is PREPROCESSED, not CREATED.
+  const target = stateAfter(S.targets, known ? known[1] : null, ev.type, ev.data.skipped);
+  if (!target || (known && known[1] === target)) return;  // lease events keep the state
   if (known) bump(known[0], known[1], -1);
   bump(site, target, +1);
   if (target !== "RUNNING") delete S.cores[id];
@@ -218,8 +219,14 @@ function render() {
   if (!S.failures.length) failures.append(el("li", "none"));
 }
 
+// A UUIDv7 begins with its creation time: jobs of the same minute share their first eight
+// digits, so a person is shown the random tail (what `lode job show` also accepts).
+function shortId(id) {
+  return id.replace(/-/g, "").slice(-8);
+}
+
 function jobLink(id) {
-  const a = el("a", id.slice(0, 8), "job");
+  const a = el("a", shortId(id), "job");
   a.title = id;
   a.addEventListener("click", () => showHistory(id));
   return a;
