@@ -21,6 +21,7 @@ USER_CONFIG = Path("~/.config/lodestream/client.json").expanduser()
 class ClientConfig:
     api_url: str
     token: str
+    origin: str = "argument"  # where the token came from: an argument, LODE_TOKEN, a file
 
 
 def candidate_files(state_dir: Path | None = None) -> list[Path]:
@@ -31,6 +32,7 @@ def resolve(
     api_url: str | None = None, token: str | None = None, state_dir: Path | None = None
 ) -> ClientConfig:
     """Return the first complete configuration found, or raise NotConfigured."""
+    origin = "argument" if token else "LODE_TOKEN"
     api_url = api_url or os.environ.get("LODE_API_URL")
     token = token or os.environ.get("LODE_TOKEN")
     for path in candidate_files(state_dir):
@@ -39,13 +41,14 @@ def resolve(
         if path.exists():
             stored = json.loads(path.read_text())
             api_url = api_url or stored.get("api_url")
-            token = token or stored.get("token")
+            if not token and stored.get("token"):
+                token, origin = stored["token"], str(path)
     if not api_url or not token:
         raise NotConfigured(
             "no API URL/token: start a stack with `lode up`, run `lode login`, "
             "or set LODE_API_URL and LODE_TOKEN"
         )
-    return ClientConfig(api_url=api_url.rstrip("/"), token=token)
+    return ClientConfig(api_url=api_url.rstrip("/"), token=token, origin=origin)
 
 
 def save_user_config(config: ClientConfig) -> Path:

@@ -147,6 +147,17 @@ class LodeClient:
         ``transfer_items``, the transfer items of its newest staging step."""
         return self._request("GET", f"/jobs/{job_id}")
 
+    def job_result(self, job_id: str) -> Json:
+        """What the job's newest run came to: ``state``, ``final``, ``result`` (a Python app's
+        return value), ``return_code``, ``stderr_tail``, ``cause``, ``reason`` and, when a
+        Python app raised, ``error`` (type, message, traceback)."""
+        return self._request("GET", f"/jobs/{job_id}/result")
+
+    def job_results(self, job_ids: Sequence[str]) -> Json:
+        """Up to 5,000 jobs' results in one request: ``results``, ``missing`` (ids that are not
+        jobs of yours) and ``position``, the log position they were read at."""
+        return self._request("POST", "/jobs/results", json={"ids": list(job_ids)})
+
     def job_events(self, job_id: str) -> list[Json]:
         """The full event history of one job, oldest first."""
         return self._request_list("GET", f"/jobs/{job_id}/events")
@@ -274,6 +285,15 @@ class LodeClient:
         """Register the key ``lode watch`` reads the log with; the previous one stops working."""
         return self._request("PUT", "/users/me/monitoring-key", json={"public_key": public_key})
 
+    def me(self) -> Json:
+        """Who the token belongs to, the credential sync's state, and your bindings it left out
+        of NATS (each cannot connect until you bind a new key)."""
+        return self._request("GET", "/users/me")
+
+    def health(self) -> Json:
+        """``/healthz``: the API serves, and the credential sync's state (``null`` if none)."""
+        return self._request("GET", "/healthz")
+
     def ready(self) -> Json:
         """The API's readiness report (NATS, Postgres, projector lag)."""
         return self._request("GET", "/readyz", ok=(200, 503))
@@ -327,3 +347,10 @@ def _api_error(response: httpx.Response) -> ApiError:
         str(error.get("message", response.text[:500])),
         error.get("details"),
     )
+
+
+# The executor is built on the client; it is importable from here, with what its futures give.
+from lodestream.client.executor import LodeExecutor  # noqa: E402
+from lodestream.client.futures import JobFailed, JobResult, LodeFuture  # noqa: E402
+
+__all__ = ["ApiError", "JobFailed", "JobResult", "LodeClient", "LodeExecutor", "LodeFuture"]

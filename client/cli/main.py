@@ -17,6 +17,7 @@ from lodestream.client.cli import (
     stack,
     transfers,
     watch,
+    whoami,
 )
 
 app = typer.Typer(
@@ -27,6 +28,8 @@ app = typer.Typer(
 )
 app.command("up")(stack.up)
 app.command("login")(login.login)
+app.command("whoami")(whoami.whoami)
+app.command("doctor")(whoami.doctor)
 app.command("api")(services.api)
 app.command("migrate")(services.migrate)
 app.command("controller")(services.controller)

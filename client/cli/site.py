@@ -23,6 +23,7 @@ from lodestream.client.cli.common import (
     err_console,
     print_error,
 )
+from lodestream.client.cli.whoami import sync_line
 from lodestream.client.errors import ApiError
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
@@ -140,15 +141,20 @@ def site_ls(
     """List your sites."""
     with api_client(state_dir) as client:
         sites = client.list_sites()
+        sync = client.health().get("credentials")
     if as_json:
         typer.echo(json.dumps(sites))
         return
-    table = Table("name", "description", "transfer locations", "created")
+    table = Table("name", "description", "transfer locations", "created", "credential")
     for site in sites:
         locations = ", ".join(sorted(site.get("transfer_locations") or {}))
+        error = site.get("credential_error")
+        credential = f"FAILED: {error}" if error else ("applied" if site.get("public_key") else "-")
         table.add_row(site["name"], site.get("description", ""), locations,
-                      str(site.get("created_at", "")))  # fmt: skip
+                      str(site.get("created_at", "")), credential)  # fmt: skip
     console.print(table)
+    if sync is not None and sync["state"] != "ok":
+        err_console.print(sync_line(sync), highlight=False, markup=False)
 
 
 @site_app.command("rm")
