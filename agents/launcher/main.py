@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from lodestream.agents.launcher.decide import PilotBatch
+from lodestream.agents.launcher.decide import PilotBatch, batch_verdict
 from lodestream.agents.launcher.diffusion import Diffusion, build, caches_reachable
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.peers import PeerCaches
@@ -22,6 +22,7 @@ from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.site.apps import ApplicationDefinition, load_apps, to_app_model
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
+from lodestream.agents.site.scheduler.pilot_end import pilot_end_path, write_pilot_end
 from lodestream.agents.site.settings import JobMode, SiteSettings, load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 from lodestream.eventlog.outbox import Outbox
@@ -29,6 +30,7 @@ from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
 from lodestream.platform_adapters.schedulers.environment import own_job_id
+from lodestream.schemas.resources import SchedulerState
 
 log = logging.getLogger(__name__)
 
@@ -114,6 +116,8 @@ async def run(
                  describe(filter_tags or {}))  # fmt: skip
         report = await launcher.run(stop)
         log.info("launcher %s exits (%s): %s", session.id, report.exit_reason, report)
+        if batch_job_id is not None:
+            leave_verdict(settings, batch_job_id, report.exit_reason, session.remaining_min() * 60)
     finally:
         link.closing = True
         await disconnect(nc)
@@ -150,6 +154,21 @@ def _diffusion(
 def _revoke(launcher: Launcher, stop: asyncio.Event) -> None:
     launcher.revoked()  # first, so that stopping kills the tasks instead of draining them
     stop.set()
+
+
+def leave_verdict(
+    settings: SiteSettings, batch_job_id: uuid.UUID, reason: str, remaining_s: float
+) -> None:
+    """Tell the site agent that this pilot ended its batch job at its wall time: it exits 0
+    ahead of the scheduler's kill, and the scheduler records a completed job
+    (:mod:`lodestream.agents.site.scheduler.pilot_end`)."""
+    if batch_verdict(reason, remaining_s) != SchedulerState.WALLTIME_EXPIRED:
+        return
+    path = pilot_end_path(settings.site_path(settings.scheduler.script_dir), batch_job_id)
+    try:
+        write_pilot_end(path, SchedulerState.WALLTIME_EXPIRED)
+    except OSError as exc:  # the batch job is then recorded as the scheduler says
+        log.warning("launcher: cannot leave the batch job's end in %s: %s", path, exc)
 
 
 def drain_margin_s(wall_s: float) -> float:

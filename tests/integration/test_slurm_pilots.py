@@ -148,7 +148,13 @@ def test_a_pilot_at_its_wall_time_times_its_job_out_and_the_next_pilot_reruns_it
     assert cause[0].endswith("drained: wall time reached") or cause[0].endswith("drained: stopped")
     assert cause[1] == f"batch job {first} (slurm {running['scheduler_id']}): walltime_expired"
     ended = until("the batch job ended", lambda: batch_in(site, first, "finished"), site)
-    assert ended["scheduler_state"] in {"finished", "walltime_expired"}
+    # The batch job says what the job's cause says, whether the pilot drained ahead of
+    # Slurm's kill (Slurm: COMPLETED, exit 0) or Slurm's kill came first (TIMEOUT).
+    assert ended["scheduler_state"] == "walltime_expired"
+    slurm_state = site.slurm.jobcomp()[running["scheduler_id"]]["JobState"]
+    assert slurm_state in {"COMPLETED", "TIMEOUT"}
+    if slurm_state == "COMPLETED":
+        assert ended["reason"].endswith("; its pilot drained at its wall time"), ended
 
     second = site.submit_pilot("--wall-time-min", "5")
     until("the next pilot ran the job", lambda: jobs_in(site, [job], "JOB_FINISHED"), site)

@@ -14,6 +14,11 @@ import pytest
 
 from lodestream.agents.site.scheduler import decide
 from lodestream.agents.site.scheduler.decide import DeletionStep, RequestStep
+from lodestream.agents.site.scheduler.pilot_end import (
+    pilot_end_path,
+    read_pilot_end,
+    write_pilot_end,
+)
 from lodestream.agents.site.scheduler.template import (
     DEFAULT_TEMPLATE,
     LODE_MODULE,
@@ -314,6 +319,48 @@ def test_a_job_gone_from_the_queue_ends_as_its_accounting_record_says() -> None:
     assert not absence.missed
     data = absence.append.event.data
     assert (data.state, data.exit_code, data.reason) == ("failed", 1, "slurm NODE_FAIL")  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("state", "pilot_end", "recorded"),
+    [
+        # the pilot drained at its wall time and exited 0: the scheduler's COMPLETED
+        # understates it, and the batch job says what its drained jobs' causes say
+        (SchedulerState.FINISHED, SchedulerState.WALLTIME_EXPIRED,
+         ("walltime_expired", "slurm FINISHED; its pilot drained at its wall time")),
+        (SchedulerState.FINISHED, None, ("finished", "slurm FINISHED")),
+        # any other end is the scheduler's to tell
+        (SchedulerState.WALLTIME_EXPIRED, SchedulerState.WALLTIME_EXPIRED,
+         ("walltime_expired", "slurm WALLTIME_EXPIRED")),
+        (SchedulerState.CANCELLED, SchedulerState.WALLTIME_EXPIRED,
+         ("cancelled", "slurm CANCELLED")),
+        (SchedulerState.FAILED, SchedulerState.WALLTIME_EXPIRED, ("failed", "slurm FAILED")),
+    ],
+)  # fmt: skip
+def test_a_batch_job_whose_pilot_drained_at_its_wall_time_ends_walltime_expired(
+    state: SchedulerState, pilot_end: SchedulerState | None, recorded: tuple[str, str]
+) -> None:
+    listed = decide.on_status(live(B.RUNNING), status(state, exit_code=0), pilot_end=pilot_end)
+    record = BatchRecord(scheduler_id="42", state=state, native_state=state.value.upper(),
+                         end_time=AT, exit_code=0)  # fmt: skip
+    absent = decide.on_absent(live(B.RUNNING), record, misses=0, vanish_after=2,
+                              pilot_end=pilot_end).append  # fmt: skip
+    for append in (listed, absent):
+        assert append is not None
+        data = append.event.data
+        assert (data.state, data.reason) == recorded  # type: ignore[attr-defined]
+        assert data.exit_code == 0  # type: ignore[attr-defined]
+
+
+def test_a_pilot_leaves_only_a_verdict_the_site_agent_knows(tmp_path: Path) -> None:
+    batch = uuid.uuid4()
+    path = pilot_end_path(tmp_path / "batch", batch)
+    assert read_pilot_end(path) is None  # none left
+    write_pilot_end(path, SchedulerState.WALLTIME_EXPIRED)
+    assert path.name == f"pilot-{batch}.end"
+    assert read_pilot_end(path) is SchedulerState.WALLTIME_EXPIRED
+    path.write_text("finished\n")  # nothing a pilot may say
+    assert read_pilot_end(path) is None
 
 
 def test_a_job_accounting_still_has_live_is_waited_for() -> None:

@@ -174,17 +174,21 @@ def ended_unsubmitted(view: BatchView, note: str = "") -> Append:
 # --- a sync ----------------------------------------------------------------------------------
 
 
-def on_status(view: BatchView, status: BatchStatus) -> Append | None:
+def on_status(
+    view: BatchView, status: BatchStatus, *, pilot_end: SchedulerState | None = None
+) -> Append | None:
     """The event the scheduler's listing of the job calls for; None if nothing changed.
 
     Only a change is appended: queued and running as the scheduler moves the job (a requeue
-    goes back to queued), and its end with the scheduler's exit code, final state and words.
+    goes back to queued), and its end with the scheduler's exit code, final state and words,
+    or as its pilot saw it (``pilot_end``, :func:`ended_as`).
     """
     target = BATCH_STATE_FOR_SCHEDULER_STATE[status.state]
     if target is None or target is view.observed:
         return None  # a state the adapter does not know is logged there, never guessed at
     if target is BatchJobState.FINISHED:
-        return _finished(view, status.state, status.exit_code, _words(view, status))
+        state, reason = ended_as(status.state, _words(view, status), pilot_end)
+        return _finished(view, state, status.exit_code, reason)
     kind = BatchJobQueued if target is BatchJobState.QUEUED else BatchJobRunning
     return _sync(view, kind, BatchReasonData(reason=_clip(status.reason)))
 
@@ -198,7 +202,12 @@ class Absence:
 
 
 def on_absent(
-    view: BatchView, record: BatchRecord | None, *, misses: int, vanish_after: int
+    view: BatchView,
+    record: BatchRecord | None,
+    *,
+    misses: int,
+    vanish_after: int,
+    pilot_end: SchedulerState | None = None,
 ) -> Absence:
     """A tracked job the scheduler no longer lists: its accounting record says how it ended.
 
@@ -206,7 +215,8 @@ def on_absent(
     ``vanish_after`` syncs without a trace the job is taken to have ended.
     """
     if record is not None and record.final:
-        return Absence(_finished(view, record.state, record.exit_code, _words(view, record)), False)
+        state, reason = ended_as(record.state, _words(view, record), pilot_end)
+        return Absence(_finished(view, state, record.exit_code, reason), False)
     if record is not None:
         return Absence(None, False)  # accounting still has it live: between two listings
     if misses + 1 < vanish_after:
@@ -214,6 +224,24 @@ def on_absent(
     scheduler = view.scheduler or "the scheduler"
     reason = f"{VANISHED}: {scheduler} lists no job {view.scheduler_id} and has no record of it"
     return Absence(_finished(view, SchedulerState.UNKNOWN, None, reason), True)
+
+
+PILOT_DRAINED: Final = "its pilot drained at its wall time"
+
+
+def ended_as(
+    state: SchedulerState, words: str, pilot_end: SchedulerState | None
+) -> tuple[SchedulerState, str]:
+    """The final state and reason to record: the scheduler's, unless its pilot says more.
+
+    A pilot drains a little before its wall time and exits 0, and the scheduler records the
+    job as completed; the jobs the pilot drained name the batch job ``walltime_expired``.
+    The batch job says the same, with the scheduler's words kept in its reason. Any other
+    end (a failure, a cancellation) is the scheduler's to tell.
+    """
+    if pilot_end is SchedulerState.WALLTIME_EXPIRED and state is SchedulerState.FINISHED:
+        return pilot_end, f"{words}; {PILOT_DRAINED}"
+    return state, words
 
 
 def _finished(view: BatchView, state: SchedulerState, exit_code: int | None, reason: str) -> Append:

@@ -40,6 +40,7 @@ import nats.errors
 from lodestream.agents.site.scheduler import decide
 from lodestream.agents.site.scheduler.decide import Append, DeletionStep, RequestStep
 from lodestream.agents.site.scheduler.history import read_batch_job
+from lodestream.agents.site.scheduler.pilot_end import pilot_end_path, read_pilot_end
 from lodestream.agents.site.scheduler.template import (
     TemplateError,
     check_passes_filter,
@@ -341,13 +342,15 @@ class PilotScheduler:
         scheduler_id = tracked.view.scheduler_id
         assert scheduler_id is not None
         status = statuses.get(scheduler_id)
+        script_dir = self._settings.site_path(self._cfg.script_dir)
+        pilot_end = read_pilot_end(pilot_end_path(script_dir, batch_id))
         if status is not None:
             tracked.misses = 0
-            append = decide.on_status(tracked.view, status)
+            append = decide.on_status(tracked.view, status, pilot_end=pilot_end)
         else:
             absence = decide.on_absent(
                 tracked.view, await self._accounting(scheduler_id),
-                misses=tracked.misses, vanish_after=self._cfg.vanish_after,
+                misses=tracked.misses, vanish_after=self._cfg.vanish_after, pilot_end=pilot_end,
             )  # fmt: skip
             tracked.misses += int(absence.missed)
             append = absence.append
