@@ -142,6 +142,16 @@ class LodeClient:
             yield from page["items"]
             offset = page.get("next_offset")
 
+    def summary(self, app: str | None = None, tags: Sequence[str] = ()) -> Json:
+        """Your jobs at one log ``position`` (of ``app``, with every ``key:value`` of ``tags``,
+        when given): ``counts`` by site and state, the unfinished ``jobs`` as ``{id: [site,
+        state]}``, recent ``failures``, open ``sessions``. A watch from ``position + 1``
+        continues it exactly."""
+        params: dict[str, Any] = {"tag": list(tags)} if tags else {}
+        if app is not None:
+            params["app"] = app
+        return self._request("GET", "/ui/api/summary", params=params)
+
     def get_job(self, job_id: str) -> Json:
         """One job with its current state, resources, per-stage timestamps and, in
         ``transfer_items``, the transfer items of its newest staging step."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+import re
 import threading
 import time
 import uuid
+from typing import Final
 
 _lock = threading.Lock()
 _last_ms = 0
@@ -20,6 +22,27 @@ _counter = 0
 
 # Namespace for ids derived from a cause (idempotent submissions, controller consequences).
 LODESTREAM_NAMESPACE = uuid.UUID("6f6c6f64-6573-7472-6561-6d0000000001")
+
+
+SHORT_ID_DIGITS: Final = 8
+MIN_ID_PART: Final = 4
+_HEX: Final = re.compile(r"[0-9a-f]{%d,32}" % MIN_ID_PART)  # noqa: UP031 - a regex's braces
+
+
+def short_id(job_id: uuid.UUID | str) -> str:
+    """The last eight hex digits of an id, the part a person reads.
+
+    A UUIDv7 begins with its creation time, so ids minted in the same minute share their
+    first eight digits; its last digits are random and tell them apart.
+    """
+    return str(job_id).replace("-", "")[-SHORT_ID_DIGITS:]
+
+
+def id_part(text: str) -> str | None:
+    """``text`` as lowercase hex digits without hyphens, if it may be a prefix or suffix of
+    an id (at least :data:`MIN_ID_PART` digits); None otherwise."""
+    digits = text.strip().lower().replace("-", "")
+    return digits if _HEX.fullmatch(digits) else None
 
 
 def uuid7() -> uuid.UUID:

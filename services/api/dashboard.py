@@ -8,10 +8,10 @@ counting an event twice or missing one.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.dialects.postgresql import distinct_on
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -37,7 +37,23 @@ def cores_of(placement: Any) -> int:
     return max(cores, 1)
 
 
-async def snapshot(engine: AsyncEngine, owner: str) -> dict[str, Any]:
+def selection(
+    owner: str, app: str | None = None, tags: Mapping[str, str] | None = None
+) -> list[ColumnElement[bool]]:
+    """The owner's jobs, of ``app`` and with all of ``tags`` when given (``lode watch``'s
+    ``--app`` and ``--tag``)."""
+    where = [jobs.c.owner == owner]
+    if app is not None:
+        where.append(jobs.c.app == app)
+    if tags:
+        where.append(jobs.c.tags.contains(dict(tags)))
+    return where
+
+
+async def snapshot(
+    engine: AsyncEngine, owner: str, app: str | None = None, tags: Mapping[str, str] | None = None
+) -> dict[str, Any]:
+    mine = selection(owner, app, tags)
     async with engine.connect() as plain:
         conn = await plain.execution_options(isolation_level="REPEATABLE READ")
         async with conn.begin():
@@ -46,19 +62,19 @@ async def snapshot(engine: AsyncEngine, owner: str) -> dict[str, Any]:
             names = [r[0] for r in (await conn.execute(own.order_by(sites.c.name))).all()]
             counts = await conn.execute(
                 select(jobs.c.site, jobs.c.state, func.count())
-                .where(jobs.c.owner == owner)
+                .where(*mine)
                 .group_by(jobs.c.site, jobs.c.state)
             )
             unfinished = await conn.execute(
                 select(jobs.c.id, jobs.c.site, jobs.c.state)
-                .where(jobs.c.owner == owner, jobs.c.state.not_in([s.value for s in FINAL]))
+                .where(*mine, jobs.c.state.not_in([s.value for s in FINAL]))
                 .order_by(jobs.c.last_seq.desc())
                 .limit(MAX_TRACKED_JOBS)
             )
             started = await conn.execute(
                 select(job_events.c.job_id, job_events.c.data["placement"])
                 .join(jobs, jobs.c.id == job_events.c.job_id)
-                .where(jobs.c.owner == owner, jobs.c.state == "RUNNING")
+                .where(*mine, jobs.c.state == "RUNNING")
                 .where(job_events.c.type == "job.started")
                 .order_by(job_events.c.job_id, job_events.c.seq.desc())
                 .ext(distinct_on(job_events.c.job_id))
@@ -77,7 +93,7 @@ async def snapshot(engine: AsyncEngine, owner: str) -> dict[str, Any]:
                     jobs.c.last_error,
                     jobs.c.last_seq,
                 )
-                .where(jobs.c.owner == owner, jobs.c.state.in_(FAILURES))
+                .where(*mine, jobs.c.state.in_(FAILURES))
                 .order_by(jobs.c.last_seq.desc())
                 .limit(RECENT_FAILURES)
             )

@@ -30,7 +30,7 @@ from lodestream.services.api.errors import (
     documented,
 )
 from lodestream.services.api.models import JobEventOut, JobOut
-from lodestream.services.api.routes.jobs import parse_tags
+from lodestream.services.api.routes.jobs import TAG_HELP, TagFilter, parse_tags
 from lodestream.services.api.uisession import COOKIE, Viewer, session_value
 
 router = APIRouter(tags=["dashboard"])
@@ -106,9 +106,16 @@ async def log_out() -> Response:
 
 
 @router.get("/ui/api/summary", responses=_READS)
-async def summary(user: Viewer, ctx: Context) -> dict[str, Any]:
-    """The caller's jobs, sessions and recent failures at one projector position."""
-    return {"user": user, **await dashboard.snapshot(ctx.engine, user)}
+async def summary(
+    user: Viewer,
+    ctx: Context,
+    app: Annotated[str | None, Query(pattern=APP_NAME_PATTERN)] = None,
+    tag: Annotated[list[TagFilter] | None, Query(description=TAG_HELP)] = None,
+) -> dict[str, Any]:
+    """The caller's jobs (of ``app``, with every ``tag``, when given), sessions and recent
+    failures at one projector position."""
+    tags = parse_tags(tag or [])
+    return {"user": user, **await dashboard.snapshot(ctx.engine, user, app, tags)}
 
 
 @router.get("/ui/api/jobs", response_model=list[JobOut], responses=_READS)
