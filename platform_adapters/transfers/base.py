@@ -20,9 +20,13 @@ Contract shared by every backend (checked by ``tests/support/transfer_contract.p
   denied, no space) has ``outcome.permanent = True`` and the backend's own words in ``reason``;
   a transient failure (connection lost, a fault mid-copy) has ``permanent = False`` and the
   module submits the item again, within its retry budget.
+* ``check_item(batch, item)`` raises ``TransferRefused`` for an item this backend can never
+  move (a relative or malformed path, one that climbs out of the location's base), without
+  any I/O. The module asks it of every item before it submits, fails the refused items alone,
+  each with its own reason, and submits the rest: one bad path never fails its neighbours.
 * ``submit`` raises ``TransferUnavailable`` when the backend cannot be reached or its tool is
   missing (transient: the batch is tried again later), ``TransferRefused`` when the service
-  refuses the whole batch for good (a missing endpoint, a malformed path), and
+  refuses the whole batch for good (a missing endpoint, an item ``check_item`` refuses), and
   ``ConsentRequired`` when the user must act (Globus consent or endpoint activation); the
   message says what to do.
 * ``cancel(task_id)`` is best effort and idempotent.
@@ -115,6 +119,10 @@ class TransferBackend(ABC):
     """One way of moving files; the site holds one instance per configured location."""
 
     name: ClassVar[str]
+
+    @abstractmethod
+    def check_item(self, batch: TransferBatch, item: TransferItem) -> None:
+        """Raise ``TransferRefused`` if ``item`` of ``batch`` can never be moved here."""
 
     @abstractmethod
     def submit(self, batch: TransferBatch) -> str:

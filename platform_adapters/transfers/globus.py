@@ -54,6 +54,7 @@ from lodestream.platform_adapters.transfers.globus_tasks import (
     TaskRecords,
     settle,
 )
+from lodestream.schemas.xfer import remote_path_problem
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,14 @@ def _absolute(path: str, what: str) -> PurePosixPath:
     if not path.startswith("/") or "\0" in path or ".." in path.split("/"):
         raise TransferRefused(f"{what} must be an absolute path without '..', got {path!r}")
     return PurePosixPath(path)
+
+
+def _remote(path: str) -> PurePosixPath:
+    """A remote path: the rule every backend applies (the api's too), and no '..' at all."""
+    problem = remote_path_problem(path)
+    if problem is not None:
+        raise TransferRefused(problem)
+    return _absolute(path, "a remote path")
 
 
 def _collection_id(value: str, what: str) -> str:
@@ -147,14 +156,18 @@ class GlobusBackend(TransferBackend):
     ) -> RecordedItem:
         """The item with the paths Globus is given, each on its own collection."""
         if direction == "in":
-            source = str(base / _absolute(item.source, "a remote path").relative_to("/"))
+            source = str(base / _remote(item.source).relative_to("/"))
             destination = self._site_path(item.destination)
         else:
             source = self._site_path(item.source)
-            destination = str(base / _absolute(item.destination, "a remote path").relative_to("/"))
+            destination = str(base / _remote(item.destination).relative_to("/"))
         if item.recursive:  # Globus's own examples name directories with a trailing slash
             source, destination = source.rstrip("/") + "/", destination.rstrip("/") + "/"
         return RecordedItem(item.item_id, source, destination, item.recursive)
+
+    def check_item(self, batch: TransferBatch, item: TransferItem) -> None:
+        _, base = parse_globus_url(batch.url)
+        self._recorded(item, batch.direction, base)
 
     def submit(self, batch: TransferBatch) -> str:
         """Submit the batch as one Globus task; a resubmitted batch gets its first task's id."""

@@ -67,7 +67,10 @@ class LocalBackend(BackgroundBackend):
                 f"local: this backend serves {self.location.url}, not {batch.url}"
             )
         for item in batch.items:
-            item_paths(batch, item, location.base)  # refuses what cannot be a path here
+            self.check_item(batch, item)
+
+    def check_item(self, batch: TransferBatch, item: TransferItem) -> None:
+        item_paths(batch, item, LocalLocation.parse(batch.url).base)  # refuses a bad path
 
     def move_item(
         self, batch: TransferBatch, item: TransferItem, context: RunContext

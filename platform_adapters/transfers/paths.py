@@ -4,6 +4,10 @@ A location URL may name a base directory (``local:/data/in``, ``rsync://u@h/scra
 remote paths of its items are then read under it, as a client of that location sees the
 location's root. The base is a boundary for names, checked lexically (``..`` may not climb out
 of it); it is not a sandbox, since a symbolic link inside it is followed like any other path.
+
+A remote path is judged by the rule the api applies at submission
+(:func:`lodestream.schemas.xfer.remote_path_problem`), again here: what reaches a backend may
+have been written to the log by anyone the log trusts, not only by the api.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from lodestream.platform_adapters.transfers.base import (
     TransferItem,
     TransferRefused,
 )
+from lodestream.schemas.xfer import remote_path_problem
 
 
 def base_path(url: str, path: str) -> str | None:
@@ -32,9 +37,12 @@ def base_path(url: str, path: str) -> str | None:
 def under_base(url: str, base: str | None, path: str) -> str:
     """``path`` (absolute, as the batch names it on the location) read under ``base``.
 
-    Raises ``TransferRefused`` for a relative path or one whose ``..`` climbs out of the base.
+    Raises ``TransferRefused`` for a path the shared rule refuses (relative, a control
+    character) or one whose ``..`` climbs out of the base.
     """
-    _require_absolute(url, path, "remote")
+    problem = remote_path_problem(path)
+    if problem is not None:
+        raise TransferRefused(f"{url}: {problem}")
     if base is None:
         return posixpath.normpath(path)
     resolved = posixpath.normpath(posixpath.join(base, path.lstrip("/")))

@@ -177,7 +177,7 @@ class RsyncBackend(BackgroundBackend):
                 f"rsync: this backend serves {self.location.url}, not {batch.url}"
             )
         for item in batch.items:
-            item_paths(batch, item, location.base)  # refuses what cannot be a path there
+            self.check_item(batch, item)
         if shutil.which(self.rsync) is None:
             raise TransferUnavailable(f"rsync: {self.rsync!r} is not on PATH: install rsync")
         if location.host is None:
@@ -186,6 +186,9 @@ class RsyncBackend(BackgroundBackend):
             raise TransferUnavailable(f"rsync: {self.ssh!r} is not on PATH: install openssh-client")
         if self.identity_file is not None and not os.access(self.identity_file, os.R_OK):
             raise TransferUnavailable(f"rsync: cannot read the ssh identity {self.identity_file}")
+
+    def check_item(self, batch: TransferBatch, item: TransferItem) -> None:
+        item_paths(batch, item, RsyncLocation.parse(batch.url).base)  # refuses a bad path
 
     def move_item(
         self, batch: TransferBatch, item: TransferItem, context: RunContext

@@ -38,6 +38,7 @@ from lodestream.platform_adapters.transfers.base import (
     TransferBackend,
     TransferBatch,
     TransferItem,
+    TransferRefused,
     UnknownTask,
 )
 
@@ -185,6 +186,35 @@ class TransferContract:
         assert status.items["i-here"].ok
         assert (harness.site_root / "present.txt").read_bytes() == b"here"
         assert not (harness.site_root / "x").exists()
+
+    @pytest.mark.parametrize(
+        "bad", ["p/typo.txt", "/../../etc/passwd", "/a/../../b", "/new\nline", ""]
+    )
+    @pytest.mark.parametrize("direction", ["in", "out"])
+    def test_a_refused_path_is_refused_alone_and_the_rest_of_the_batch_moves(
+        self, harness: TransferHarness, bad: str, direction: Direction
+    ) -> None:
+        write(harness.remote_root / "good.txt", b"remote")
+        write(harness.site_root / "good.txt", b"site")
+
+        def item(item_id: str, remote: str) -> TransferItem:
+            site = str(harness.site_root / ("in.txt" if direction == "in" else "good.txt"))
+            return TransferItem(item_id, *((remote, site) if direction == "in" else (site, remote)))
+
+        good, refused = item("i-good", harness.remote("good.txt")), item("i-bad", bad)
+        whole = harness.batch(direction, [good, refused])
+        harness.backend.check_item(whole, good)
+        with pytest.raises(TransferRefused) as caught:
+            harness.backend.check_item(whole, refused)
+        assert repr(bad) in str(caught.value)
+        with pytest.raises(TransferRefused):  # a batch holding it is refused as a whole
+            harness.backend.submit(whole)
+        status = harness.wait_final(harness.backend.submit(harness.batch(direction, [good])))
+        assert status.items["i-good"].ok, status
+        if direction == "in":
+            assert (harness.site_root / "in.txt").read_bytes() == b"remote"
+        else:
+            assert (harness.remote_root / "good.txt").read_bytes() == b"site"
 
     def test_a_recursive_item_moves_a_tree(self, harness: TransferHarness) -> None:
         tree = harness.remote_root / "tree"

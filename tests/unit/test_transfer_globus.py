@@ -242,6 +242,26 @@ def test_paths_that_escape_are_refused(backend: GlobusBackend, item: TransferIte
     assert len(responses.calls) == 0
 
 
+@pytest.mark.parametrize(
+    ("item", "words"),
+    [
+        (TransferItem("i", "p/typo.txt", "/scratch/site/data/job1/x"), "not an absolute path"),
+        (TransferItem("i", "/run1/../in.h5", "/scratch/site/data/job1/x"), "without '..'"),
+        (TransferItem("i", "/run1/in.h5", "/home/other/x"), "outside /scratch"),
+    ],
+)
+def test_each_item_is_judged_alone_before_the_batch_is_submitted(
+    backend: GlobusBackend, item: TransferItem, words: str
+) -> None:
+    """Globus refuses every '..' (even one the api lets through): the item alone is refused."""
+    whole = batch(INPUT, item, CONFIG)
+    backend.check_item(whole, INPUT)
+    backend.check_item(whole, CONFIG)
+    with pytest.raises(TransferRefused, match=words):
+        backend.check_item(whole, item)
+    assert len(responses.calls) == 0
+
+
 def test_globus_refusing_the_batch_is_a_refusal_in_its_own_words(
     backend: GlobusBackend,
 ) -> None:

@@ -14,7 +14,13 @@ from lodestream.agents.site.transfers import plan
 from lodestream.platform_adapters.transfers.base import ItemOutcome
 from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.resources import TransferState
-from lodestream.schemas.xfer import XFER_TRANSITIONS, item_id, local_path, next_xfer_state
+from lodestream.schemas.xfer import (
+    XFER_TRANSITIONS,
+    item_id,
+    local_path,
+    next_xfer_state,
+    remote_path_problem,
+)
 
 
 def pending(location: str = "dtn", direction: str = "in", seq: int = 1) -> plan.PendingItem:
@@ -129,3 +135,44 @@ def test_a_slot_path_may_not_leave_the_jobs_directory(bad: str) -> None:
     with pytest.raises(ValueError, match="must be relative"):
         local_path("runs/1", bad)
     assert local_path("runs/1", "in/data.h5") == "runs/1/in/data.h5"
+
+
+def test_an_item_marked_alone_goes_in_a_batch_of_its_own() -> None:
+    pool = [pending(seq=seq) for seq in range(4)]
+    pool[1] = replace(pool[1], alone=True)
+    pool[2] = replace(pool[2], alone=True)
+    made = plan.batches(pool, batch_size=8, free_slots=10)
+    assert sorted(len(b.items) for b in made) == [1, 1, 2]
+    assert {b.items[0].item_id for b in made if len(b.items) == 1} == {
+        pool[1].item_id,
+        pool[2].item_id,
+    }
+    assert len({b.submission_key for b in made}) == 3
+
+
+@pytest.mark.parametrize(
+    "path", ["/", "/data/in.h5", "/a/../b", "/a/./b/", "//x", "/a/b/../../c", "/[run 1].json"]
+)
+def test_a_remote_path_every_backend_can_move_passes_the_shared_rule(path: str) -> None:
+    assert remote_path_problem(path) is None
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("p/typo.txt", "not an absolute path"),
+        ("", "not an absolute path"),
+        ("./in.h5", "not an absolute path"),
+        ("/..", "climbs out"),
+        ("/a/../../etc/passwd", "climbs out"),
+        ("/./../x", "climbs out"),
+        ("/in\nput", "control character"),
+        ("/in\x00put", "control character"),
+        ("/tab\there", "control character"),
+    ],
+)
+def test_the_shared_rule_refuses_what_no_backend_can_move(path: str, words: str) -> None:
+    problem = remote_path_problem(path)
+    assert problem is not None
+    assert words in problem
+    assert repr(path) in problem

@@ -22,6 +22,12 @@ built (Globus never logged in), a path outside the job's directory: the item fai
 the reason, and the controller fails its job with it. A backend that is away is retried at
 every cycle; after ``retry_budget`` more tries the item fails with the backend's words.
 
+**A refusal belongs to its own item.** Before a batch is submitted, its backend judges each
+item alone (``check_item``: a relative path, a '..' out of the base): a refused item fails with
+its own reason, the rest is submitted. A whole batch the service still refuses is submitted
+again one task per item, so only the item refused fails (a refusal that is the location's, a
+Globus consent, fails them all).
+
 Every append is compare-and-set on the item's last event, with an id derived from the item and
 the attempt, so two agents cannot both report an item, and deciding again lands nothing twice.
 """
@@ -57,10 +63,10 @@ from lodestream.eventlog.pull import (
     work_and_tick,
 )
 from lodestream.platform_adapters.transfers.base import (
+    ConsentRequired,
     TaskStatus,
-    TransferBatch,
+    TransferBackend,
     TransferError,
-    TransferItem,
     TransferRefused,
     UnknownTask,
 )
@@ -288,22 +294,19 @@ class TransferModule:
         for batch in plan.batches(pool, batch_size=self._cfg.batch_size, free_slots=free):
             await self._submit(batch)
 
-    async def _submit(self, batch: plan.Batch) -> None:
-        backend = self.backends.get(batch.location)
+    async def _submit(self, whole: plan.Batch) -> None:
+        backend = self.backends.get(whole.location)
+        batch = await self._without_refused(backend, whole)
+        if batch is None:
+            return
         if batch.direction == "in":
             for item in batch.items:
                 Path(item.destination).parent.mkdir(parents=True, exist_ok=True)
-        request = TransferBatch(
-            location=batch.location, url=self.backends.url(batch.location),
-            direction=batch.direction, submission_key=batch.submission_key,
-            items=tuple(TransferItem(str(i.item_id), i.source, i.destination, i.recursive)
-                        for i in batch.items),
-        )  # fmt: skip
+        request = batch.to_request(self.backends.url(batch.location))
         try:
             task_id = await asyncio.to_thread(backend.submit, request)
         except TransferRefused as exc:
-            for item in batch.items:
-                await self._fail(self.held[item.item_id], str(exc), permanent=True)
+            await self._refused(batch, exc)
             return
         except TransferError as exc:  # away, or its tool missing: try again next cycle
             self.stats.backend_errors += 1
@@ -322,6 +325,36 @@ class TransferModule:
                 self.inflight[task_id].items.append(item.item_id)
         if not self.inflight[task_id].items:
             del self.inflight[task_id]
+
+    async def _without_refused(
+        self, backend: TransferBackend, batch: plan.Batch
+    ) -> plan.Batch | None:
+        """``batch`` less the items its backend refuses, each failed with its own reason;
+        None when it refuses them all."""
+        request = batch.to_request(self.backends.url(batch.location))
+        kept: list[plan.PendingItem] = []
+        for pending, item in zip(batch.items, request.items, strict=True):
+            try:
+                backend.check_item(request, item)
+            except TransferRefused as exc:
+                await self._fail(self.held[pending.item_id], str(exc), permanent=True)
+            else:
+                kept.append(pending)
+        if len(kept) == len(batch.items):
+            return batch
+        return replace(batch, items=tuple(kept)) if kept else None
+
+    async def _refused(self, batch: plan.Batch, exc: TransferRefused) -> None:
+        """The service refused the whole batch: fail its one item (or every item, for a
+        refusal that is the location's), else submit each item in a task of its own."""
+        if len(batch.items) == 1 or isinstance(exc, ConsentRequired):
+            for item in batch.items:
+                await self._fail(self.held[item.item_id], str(exc), permanent=True)
+            return
+        log.warning("transfers: %s refused a batch of %d items (%s); submitting each alone",
+                    batch.location, len(batch.items), exc)  # fmt: skip
+        for item in batch.items:
+            self.held[item.item_id].pending = replace(item, alone=True)
 
     async def _submitted(self, held: Held, task_id: str, attempt: int, size: int) -> bool:
         event = TransferSubmitted.create(

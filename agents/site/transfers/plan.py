@@ -2,8 +2,9 @@
 
 Items wait in a pool until submitted. :func:`batches` groups the pool by (location,
 direction) — one backend task moves items between one remote place and the site — cuts each
-group into batches of at most ``batch_size``, oldest first, and hands out no more batches than
-there are free task slots (``max_concurrent`` minus those in flight). :func:`outcome` turns
+group into batches of at most ``batch_size``, oldest first (an item marked ``alone`` goes in a
+batch of its own), and hands out no more batches than there are free task slots
+(``max_concurrent`` minus those in flight). :func:`outcome` turns
 what a backend said about one item into what the module appends: success, another attempt
 (a transient fault within the retry budget), or failure (a permanent fault, or the budget
 spent) with the backend's own words.
@@ -17,7 +18,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from lodestream.platform_adapters.transfers.base import Direction, ItemOutcome
+from lodestream.platform_adapters.transfers.base import (
+    Direction,
+    ItemOutcome,
+    TransferBatch,
+    TransferItem,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +38,9 @@ class PendingItem:
     recursive: bool
     attempt: int
     since_seq: int  # its request's stream sequence: oldest first
+    # Submitted in a task of its own: the service refused a whole batch it was in, and only
+    # a task per item tells which item the refusal belongs to.
+    alone: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +55,15 @@ class Batch:
         text = ",".join(sorted(f"{i.item_id}:{i.attempt}" for i in self.items))
         return "lode-" + hashlib.sha256(text.encode()).hexdigest()[:40]
 
+    def to_request(self, url: str) -> TransferBatch:
+        """The batch as its backend is handed it; ``url`` is its location's URL."""
+        return TransferBatch(
+            location=self.location, url=url, direction=self.direction,
+            submission_key=self.submission_key,
+            items=tuple(TransferItem(str(i.item_id), i.source, i.destination, i.recursive)
+                        for i in self.items),
+        )  # fmt: skip
+
 
 def batches(pool: Iterable[PendingItem], *, batch_size: int, free_slots: int) -> list[Batch]:
     """The batches to submit now: at most ``free_slots`` of at most ``batch_size`` items."""
@@ -57,8 +75,12 @@ def batches(pool: Iterable[PendingItem], *, batch_size: int, free_slots: int) ->
     # Full batches first (they move most per task), then the group waiting longest.
     cut: list[tuple[int, int, Batch]] = []
     for (location, direction), items in groups.items():
-        for start in range(0, len(items), batch_size):
-            chunk = tuple(items[start : start + batch_size])
+        chunks: list[tuple[PendingItem, ...]] = [(item,) for item in items if item.alone]
+        together = [item for item in items if not item.alone]
+        chunks += [
+            tuple(together[at : at + batch_size]) for at in range(0, len(together), batch_size)
+        ]
+        for chunk in chunks:
             cut.append((-len(chunk), chunk[0].since_seq, Batch(location, direction, chunk)))
     cut.sort(key=lambda entry: (entry[0], entry[1]))
     return [batch for _, _, batch in cut[:free_slots]]
