@@ -35,8 +35,11 @@ class StreamSettings(BaseModel):
     # lagged and is disconnected, to resume from its Last-Event-ID. queue_bytes bounds the
     # same in bytes; a socket that takes nothing for lag_s counts as lagging too.
     queue_size: int = Field(1000, ge=1, le=100_000)
-    queue_bytes: int = Field(2**20, ge=2**12, le=2**30)
+    queue_bytes: int = Field(2**18, ge=2**12, le=2**30)
     lag_s: float = Field(5.0, gt=0, le=600)
+    # How long a client that lagged has to take its lagged notice (its feed is released at
+    # once; its stream slot stays taken) before the api stops writing to it.
+    lagged_grace_s: float = Field(60.0, gt=0, le=3600)
     # Streams one user may hold open at once, across all their tokens; past it, 429.
     max_streams_per_user: int = Field(20, ge=1, le=10_000)
     # The newest frames of each filter's hub, shared by all its clients (whatever their

@@ -5,14 +5,16 @@ of its filter, which reads JetStream once for all such clients and keeps a share
 that each takes from at its own pace. A client further back than a hub's history (it
 resumed with ``Last-Event-ID`` or ``since``, or fell behind) reads through a consumer of
 its own — a *pull* consumer without acks, asked for no more than its outbox has room for,
-so whatever the client's speed the api holds at most ``queue_size`` events for it and
-nats-server holds the rest where it already is, in the stream — and joins its filter's
-hub as soon as the hub's history reaches back to it (starting one when it has caught up
-with the log and its filter has none). A client whose outbox stays full for ``lag_s`` is
-told so (``event: lagged`` with the last sequence it was sent) and disconnected; it
-resumes with ``Last-Event-ID`` (a browser's EventSource does that by itself). Consumers
-are deleted when their last reader goes; ``inactive_threshold`` removes them should the
-api die first.
+so whatever the client's speed (and however far back it starts: ``since=0`` replays the
+log a page at a time) the api holds at most ``queue_size`` events and ``queue_bytes``
+bytes for it and nats-server holds the rest where it already is, in the stream — and
+joins its filter's hub as soon as the hub's history reaches back to it (starting one when
+it has caught up with the log and its filter has none). A client whose outbox stays full
+for ``lag_s``, or whose socket takes nothing for ``lag_s``
+(:class:`~lodestream.services.api.feedresponse.FeedResponse`), is told so (``event:
+lagged`` with the last sequence it was sent) and disconnected; it resumes with
+``Last-Event-ID`` (a browser's EventSource does that by itself). Consumers are deleted
+when their last reader goes; ``inactive_threshold`` removes them should the api die first.
 
 Every event passes :func:`lodestream.schemas.trust.event_from_message` (in
 :class:`~lodestream.services.api.feedframes.FrameCache`) before the caller's filter: what
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 
 from nats.js import JetStreamContext
 
@@ -63,14 +65,14 @@ class LiveFeed:
         settings: StreamSettings,
         hubs: FeedHubs,
     ) -> None:
-        self.outbox = Outbox(settings.queue_size)
+        self.outbox = Outbox(settings.queue_size, settings.queue_bytes)
         self.position = after_seq  # the newest sequence it was given, or skipped past
         self.cursor = 0  # in its hub's history, while a hub feeds it
         self._js = js
         self._filter = chosen
         self._settings = settings
         self._hubs = hubs
-        self._sent_seq = after_seq  # the newest id the client was sent
+        self._sent_seq = after_seq  # the newest id the client has taken
         self._hub: FeedHub | None = None
         self._own: asyncio.Task[None] | None = None  # the pump of a consumer of its own
         self._lagged = False
@@ -103,8 +105,16 @@ class LiveFeed:
         if not self._closed:
             self._start_own()
 
-    async def frames(self) -> AsyncIterator[bytes]:
-        """SSE frames until the client lags (then a last ``lagged`` frame) or the feed ends."""
+    def lagged(self) -> bytes:
+        """The client did not take what it was sent: the last frame to send it."""
+        self._lagged = True
+        return lagged_frame(self._sent_seq)
+
+    async def frames(self) -> AsyncGenerator[bytes, None]:
+        """SSE frames until the client lags (then a last ``lagged`` frame) or the feed ends.
+
+        Each is asked for once the one before was written: a frame whose write never ends
+        never counts as sent."""
         yield OPENING
         while True:
             if self._lagged:
@@ -123,10 +133,10 @@ class LiveFeed:
                 chunk, newest = taken
             else:
                 chunk, newest = await self.outbox.take()
-            if newest:
-                self._sent_seq = newest
             if chunk:
                 yield chunk
+            if newest:
+                self._sent_seq = newest
 
     async def _join_hub(self, *, start: bool) -> bool:
         hub = await self._hubs.join(self._js, self, self._filter, self._settings, start=start)

@@ -177,9 +177,7 @@ class FeedHub:
                 return None
             end = self._dropped + len(self._chunks)
             if member.cursor < end:
-                taken = self._chunks[member.cursor - self._dropped :]
-                member.cursor = end
-                chunks = [c for c in taken if c is not None and c.newest > member.position]
+                chunks = self._take(member, end)
                 if not chunks:
                     continue
                 member.position = chunks[-1].newest
@@ -188,6 +186,19 @@ class FeedHub:
                 return b"".join(c.data for c in chunks), member.position
             await self._grown.wait()
         return None
+
+    def _take(self, member: Member, end: int) -> list[Chunk]:
+        # From its cursor on, up to about an outbox's worth of bytes: a client far behind in
+        # the history is not handed all of it in one write.
+        chunks: list[Chunk] = []
+        size = 0
+        while member.cursor < end and size < member.outbox.limit_bytes:
+            chunk = self._chunks[member.cursor - self._dropped]
+            member.cursor += 1
+            if chunk is not None and chunk.newest > member.position:
+                chunks.append(chunk)
+                size += len(chunk.data)
+        return chunks
 
     async def _run(self, sub: PullConsumer, name: str) -> None:
         try:

@@ -19,6 +19,7 @@ from lodestream.services.api.deps import ApiContext
 from lodestream.services.api.feedframes import FrameCache
 from lodestream.services.api.feedhub import FeedHubs
 from lodestream.services.api.feedslots import StreamSlots
+from lodestream.services.api.feedslots import StreamSlots
 from lodestream.services.api.routes import (
     actions,
     apps,
@@ -72,6 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
     )
     errors.install(app)
     app.state.feed_hubs = FeedHubs(FrameCache())  # the push feed's, shared by its clients
+    app.state.feed_slots = StreamSlots()  # the push feed's streams open per user
     app.state.feed_slots = StreamSlots()  # the push feed's streams open per user
     routers = (
         jobs, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, me, health

@@ -8,8 +8,8 @@ when it reconnects) or ``?since=``. Without either the feed starts at the end of
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated, Final
+from collections.abc import AsyncIterator, Callable
+from typing import Annotated
 
 import anyio
 from fastapi import APIRouter, Header, Request
@@ -21,25 +21,28 @@ from lodestream.services.api.deps import Context
 from lodestream.services.api.errors import (
     InvalidInput,
     NotFound,
+    TooMany,
     Unauthorized,
     Unavailable,
     documented,
 )
 from lodestream.services.api.feed import LiveFeed
 from lodestream.services.api.feedfilter import FILTER_NAMES, parse_filter
+from lodestream.services.api.feedresponse import SSE_HEADERS, FeedResponse
 from lodestream.services.api.models import SEQ_MAX
 from lodestream.services.api.uisession import Viewer
 
 router = APIRouter(tags=["events"])
 
-SSE_HEADERS: Final = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-
 _DESCRIPTION = f"""Server-sent events (``text/event-stream``) of the caller's sites.
 
 Filters (each may repeat; an unknown name is refused with 422): {", ".join(FILTER_NAMES)}.
 Resume with the ``Last-Event-ID`` header or ``since`` (a stream sequence; the header wins).
-A client that cannot keep up receives ``event: lagged`` with ``last_seq`` and is
-disconnected; it resumes from there. Comments (``: keepalive``) keep idle streams open.
+A client that cannot keep up (``queue_size`` events or ``queue_bytes`` bytes waiting for
+it for ``lag_s``, or a socket that takes nothing for ``lag_s``) receives ``event: lagged``
+with ``last_seq`` and is disconnected; it resumes from there. Comments (``: keepalive``)
+keep idle streams open. One user may hold ``max_streams_per_user`` streams at once on one
+api; past that the answer is 429 until one ends.
 Authenticated by bearer token, or by the dashboard's session cookie (``/ui``).
 """
 
@@ -49,7 +52,7 @@ Authenticated by bearer token, or by the dashboard's session cookie (``/ui``).
     response_class=StreamingResponse,
     responses={
         200: {"content": {"text/event-stream": {}}, "description": "the event stream"},
-        **documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+        **documented(Unauthorized, NotFound, InvalidInput, TooMany, Unavailable),
     },
     description=_DESCRIPTION,
 )
@@ -64,12 +67,23 @@ async def event_stream(
         own = [r["name"] for r in await queries.list_sites(conn, user, include_removed=False)]
     chosen = parse_filter(query, own)
     after, log_end = await _resume_point(ctx, last_event_id, query.get("since", []))
-    if not chosen.sites:
-        idle = _nothing(ctx.settings.api.stream.heartbeat_s)
-        return StreamingResponse(idle, media_type="text/event-stream", headers=SSE_HEADERS)
-    feed = LiveFeed(ctx.js, chosen, after, ctx.settings.api.stream, request.app.state.feed_hubs)
-    await feed.open(log_end)
-    return StreamingResponse(_streamed(feed), media_type="text/event-stream", headers=SSE_HEADERS)
+    settings = ctx.settings.api.stream
+    free_slot = request.app.state.feed_slots.take(user, settings.max_streams_per_user)
+    try:
+        if not chosen.sites:
+            idle = _nothing(settings.heartbeat_s, free_slot)
+            return StreamingResponse(idle, media_type="text/event-stream", headers=SSE_HEADERS)
+        feed = LiveFeed(ctx.js, chosen, after, settings, request.app.state.feed_hubs)
+        try:
+            await feed.open(log_end)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await feed.close()
+            raise
+    except BaseException:
+        free_slot()
+        raise
+    return FeedResponse(feed, settings, free_slot)
 
 
 async def _resume_point(ctx: Context, header: str | None, since: list[str]) -> tuple[int, int]:
@@ -93,20 +107,12 @@ async def _resume_point(ctx: Context, header: str | None, since: list[str]) -> t
     return int(raw), last
 
 
-async def _streamed(feed: LiveFeed) -> AsyncIterator[bytes]:
-    try:
-        async for frame in feed.frames():
-            yield frame
-    finally:
-        # Starlette cancels the response when the client goes; the consumer must still be
-        # deleted, so the release runs shielded from that cancellation.
-        with anyio.CancelScope(shield=True):
-            await feed.close()
-
-
-async def _nothing(heartbeat_s: float) -> AsyncIterator[bytes]:
+async def _nothing(heartbeat_s: float, free_slot: Callable[[], None]) -> AsyncIterator[bytes]:
     # A caller with no site has no events; the stream says so and stays open like any other.
-    yield b": no sites: nothing to stream\n\n"
-    while True:
-        await anyio.sleep(heartbeat_s)
-        yield b": keepalive\n\n"
+    try:
+        yield b": no sites: nothing to stream\n\n"
+        while True:
+            await anyio.sleep(heartbeat_s)
+            yield b": keepalive\n\n"
+    finally:
+        free_slot()
