@@ -274,3 +274,50 @@ def test_a_state_dir_from_a_trusting_lode_up_is_upgraded_and_keeps_its_data(
     assert response.status_code == 200  # the user and token from before are still there
     with pytest.raises(psycopg.OperationalError, match="no password supplied"):
         psycopg.connect(f"postgresql://postgres@127.0.0.1:{lode_up_stack.ports['pg']}/lodestream")
+
+
+def test_a_duplicate_key_is_shown_by_doctor_whoami_and_site_ls(lode_up_stack: LodeUp) -> None:
+    """Issue 29, finding 3: a key bound twice (forced past the API) is left out and said so,
+    to the operator (`lode doctor`) and to the owner (`lode whoami`, `lode site ls`)."""
+    user = json.loads((lode_up_stack.state / "client.json").read_text())["user"]
+    twin = user_public_key(new_user_seed())
+    with psycopg.connect(lode_up_stack.admin_url()) as conn:
+        for name in ("twin-a", "twin-b"):
+            conn.execute(
+                "INSERT INTO rm.sites (name, id, owner, public_key, created_at, last_seq) "
+                "VALUES (%s, gen_random_uuid(), %s, %s, now(), 1)",
+                (name, user, twin),
+            )
+    lode_up_stack.wait_for(
+        lambda: (
+            {r["holder"] for r in lode_up_stack.status()["credentials"]["rejected"]}
+            >= {"twin-a", "twin-b"}
+        ),
+        "the duplicate left out",
+    )
+    assert twin not in (lode_up_stack.state / "nats" / "nats-server.conf").read_text()
+
+    def lode(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LODE_")}
+        return subprocess.run(
+            [sys.executable, "-m", "lodestream.client.cli.main", *args, "--state-dir",
+             str(lode_up_stack.state)],
+            capture_output=True, text=True, timeout=WAIT_S, check=False,
+            env={**env, "COLUMNS": "250"},
+        )  # fmt: skip
+
+    doctor = lode("doctor")
+    assert doctor.returncode == 1, doctor.stdout + doctor.stderr
+    assert "credential sync: degraded" in doctor.stdout
+    assert "twin-a" in doctor.stdout
+    assert "also bound to a site" in doctor.stdout
+    lode_up_stack.wait_for(
+        lambda: "degraded" in lode("whoami").stdout, "the sync's state reaches the API"
+    )
+    whoami = lode("whoami")
+    assert f"user: {user}" in whoami.stdout
+    assert "client.json" in whoami.stdout  # where the token came from
+    assert "left out: site twin-a" in whoami.stdout
+    site_ls = lode("site", "ls")
+    assert re.search(r"twin-a.*FAILED: its key is also bound to a site", site_ls.stdout)
+    assert "credential sync: degraded" in site_ls.stderr
