@@ -148,6 +148,8 @@ class Watch:
         self._nc: Client | None = None
         self._feeds: list[SiteFeed] = []
         self._ready = asyncio.Event()  # a message arrived for one of the feeds
+        # Per site, the first sequence not handed to the caller: a feed receives ahead of it.
+        self._cursor = {site: s.seq for site, s in self._starts.items() if s.seq is not None}
         self._errors: list[Exception] = []
         self.refused = 0  # events that failed the shared rule, skipped
         self.resumes = 0  # times a site's feed started again after a break
@@ -160,9 +162,7 @@ class Watch:
         Every site watched is in it once the watch is open, those that delivered nothing
         included (at the sequence the watch started from). Before, only the sites started
         at a sequence are."""
-        if not self._feeds:
-            return {site: start.seq for site, start in self._starts.items() if start.seq}
-        return {f.site: f.position for f in self._feeds if f.position is not None}
+        return dict(self._cursor)
 
     @property
     def behind(self) -> dict[str, int]:
@@ -210,6 +210,7 @@ class Watch:
                 for feed in self._feeds:
                     for seq, msg in await self._take(feed):
                         quiet = False
+                        self._cursor[feed.site] = seq + 1  # handed out (or filtered) now
                         item = self._decode(feed.site, seq, msg)
                         if item is not None and self._filters.admits(item.event, self._tagged):
                             yield item
@@ -281,6 +282,8 @@ class Watch:
         ]
         for feed in self._feeds:
             await feed.open()
+            if feed.position is not None:  # "now" and times, resolved
+                self._cursor.setdefault(feed.site, feed.position)
 
 
 def raise_if_refused(errors: Sequence[Exception]) -> None:
