@@ -1,31 +1,33 @@
 """Choosing a site for ``site: "auto"`` jobs — pure functions over figures the route reads.
 
-A :class:`Placer` is built from each candidate site's :class:`SiteLoad` (one
-query per figure for the whole request) and hands out one :class:`SiteChoice`
-per auto job. It counts the jobs it has placed itself, so the jobs of one
+A :class:`Placer` is built from each candidate site's :class:`SiteLoad` (read once for
+the whole request, :mod:`lodestream.services.api.loads`) and hands out one
+:class:`SiteChoice` per auto job. It counts the jobs it has placed itself, so the jobs of one
 request spread as they would one by one: a placed job adds to its site's
-backlog and to its turn count.
+backlog, to its turn count and to the work ahead of the next job there.
 
 - ``round_robin``: the site holding the fewest of the caller's jobs of this
   app; ties go by name. From equal counts this rotates a, b, c, a, …; the
   cursor is derived from the read model, so nothing extra is stored.
 - ``shortest_backlog``: the site with the fewest jobs not final yet.
-- ``fastest_eta``: the site whose backlog (plus this job) drains soonest at
-  the rate it finished jobs over the recent window. A site that finished
-  nothing lately gets a floor rate, not zero: it is assumed slow, not dead.
+- ``fastest_eta``: the site where this job would finish soonest, by what the site's open
+  pilots can run (slots and recent run times) and the work already queued there
+  (:mod:`lodestream.services.api.capacity`). A site with no open pilot is assumed slow to
+  start, not dead.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from lodestream.schemas.placement import SiteChoice, SiteFigures
+from lodestream.schemas.resources import JobResources
 from lodestream.schemas.strategies import Strategy
+from lodestream.services.api.capacity import RunTimes, SiteCapacity, estimate
 
-THROUGHPUT_WINDOW_S: Final = 600.0
-THROUGHPUT_FLOOR_PER_S: Final = 1 / 3600  # one job an hour: what an unmeasured site is taken for
+_ONE_SLOT: Final = JobResources()
 
 
 @dataclass(slots=True)
@@ -33,20 +35,22 @@ class SiteLoad:
     """What the read models say of one candidate site."""
 
     backlog: int  # jobs at the site not final yet
-    finished_recently: int  # jobs it finished within the window
     assigned: dict[str, int]  # app -> the caller's jobs of that app at the site
+    capacity: SiteCapacity = field(default_factory=SiteCapacity)
 
-    def throughput_per_s(self, window_s: float) -> float:
-        return max(self.finished_recently / window_s, THROUGHPUT_FLOOR_PER_S)
 
-    def figures(self, app: str, window_s: float) -> SiteFigures:
-        rate = self.throughput_per_s(window_s)
-        return SiteFigures(
-            backlog=self.backlog,
-            throughput_per_s=rate,
-            eta_s=(self.backlog + 1) / rate,
-            assigned=self.assigned.get(app, 0),
-        )
+def site_figures(
+    load: SiteLoad, app: str, resources: JobResources, ahead_s: float, runs: RunTimes
+) -> SiteFigures:
+    """What a site with ``load`` looks like to one more job of ``app`` shaped as
+    ``resources``, with ``ahead_s`` slot-seconds of work before it there."""
+    eta = estimate(load.capacity, app, resources, ahead_s, runs)
+    return SiteFigures(
+        backlog=load.backlog,
+        throughput_per_s=eta.throughput_per_s,
+        eta_s=eta.eta_s,
+        assigned=load.assigned.get(app, 0),
+    )
 
 
 # Each strategy's sort key over a candidate's figures; the site name breaks ties.
@@ -72,13 +76,14 @@ class Placer:
         loads: Mapping[str, SiteLoad],
         apps: Mapping[str, frozenset[str]],
         locations: Mapping[str, frozenset[str]],
-        *,
-        window_s: float = THROUGHPUT_WINDOW_S,
+        runs: RunTimes | None = None,
     ) -> None:
         self._loads = dict(loads)  # site -> load; updated as jobs are placed
         self._apps = apps  # site -> the apps it defines
         self._locations = locations  # site -> the transfer locations it declared
-        self._window_s = window_s
+        self._runs = runs or RunTimes()
+        # site -> slot-seconds of work before the next job there; grows as jobs are placed
+        self._ahead_s = {site: self._runs.queued_s(load.capacity) for site, load in loads.items()}
 
     def sites_for(self, app: str, locations: frozenset[str] = frozenset()) -> list[str]:
         """The candidate sites for a job of ``app`` staging through ``locations``: those that
@@ -90,16 +95,24 @@ class Placer:
             and locations <= self._locations.get(site, frozenset())
         )
 
+    def figures(self, site: str, app: str, resources: JobResources = _ONE_SLOT) -> SiteFigures:
+        """What ``site`` looks like to the next job of ``app`` shaped as ``resources``."""
+        return site_figures(self._loads[site], app, resources, self._ahead_s[site], self._runs)
+
     def place(
-        self, app: str, strategy: Strategy, locations: frozenset[str] = frozenset()
+        self,
+        app: str,
+        strategy: Strategy,
+        locations: frozenset[str] = frozenset(),
+        resources: JobResources = _ONE_SLOT,
     ) -> SiteChoice | None:
         """Choose a site for one job of ``app``; None when no site can take it."""
         sites = self.sites_for(app, locations)
         if not sites:
             return None
-        figures = {site: self._loads[site].figures(app, self._window_s) for site in sites}
-        choice = choose(strategy, figures)
+        choice = choose(strategy, {site: self.figures(site, app, resources) for site in sites})
         load = self._loads[choice.chosen]
         load.backlog += 1
         load.assigned[app] = load.assigned.get(app, 0) + 1
+        self._ahead_s[choice.chosen] += self._runs.of(load.capacity, app)
         return choice

@@ -21,6 +21,7 @@ from lodestream.schemas.ids import keyed_id, uuid7, uuid7s
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.strategies import AUTO_SITE, DEFAULT_STRATEGY
 from lodestream.schemas.xfer import remote_path_problem
+from lodestream.services.api.capacity import RunTimes
 from lodestream.services.api.errors import MAX_DETAILS, Conflict, NotFound, invalid_from_errors
 from lodestream.services.api.models import JobSubmission, SubmitRequest
 from lodestream.services.api.placement import Placer, SiteLoad
@@ -81,6 +82,7 @@ class Catalog:
     locations: Mapping[str, frozenset[str]] = field(default_factory=dict)
     # site -> its load, for every live site of the caller; only when a job has site "auto"
     loads: Mapping[str, SiteLoad] = field(default_factory=dict)
+    runs: RunTimes = field(default_factory=RunTimes)  # the apps' run times across the sites
 
 
 def actor(user: str) -> str:
@@ -147,6 +149,7 @@ def resolve_auto(request: SubmitRequest, catalog: Catalog) -> SubmitRequest:
         catalog.loads,
         {site: frozenset(apps) for site, apps in catalog.apps.items()},
         catalog.locations,
+        catalog.runs,
     )
     jobs: list[JobSubmission] = []
     problems: list[dict[str, Any]] = []
@@ -155,7 +158,7 @@ def resolve_auto(request: SubmitRequest, catalog: Catalog) -> SubmitRequest:
             jobs.append(job)
             continue
         needs = frozenset(spec.location for spec in job.transfers.values())
-        choice = placer.place(job.app, job.strategy or DEFAULT_STRATEGY, needs)
+        choice = placer.place(job.app, job.strategy or DEFAULT_STRATEGY, needs, job)
         if choice is None:
             problems.append(_problem(index, "site", _no_site_message(job, needs, catalog)))
             if len(problems) >= MAX_DETAILS:

@@ -15,27 +15,40 @@ from lodestream.schemas.events import JobCreated
 from lodestream.schemas.placement import SiteChoice, SiteFigures
 from lodestream.schemas.strategies import Strategy
 from lodestream.services.api import submit
+from lodestream.services.api.capacity import (
+    NO_PILOT_WAIT_S,
+    Node,
+    RunTimes,
+    SiteCapacity,
+)
 from lodestream.services.api.errors import InvalidInput
 from lodestream.services.api.models import SiteCreate, SubmitRequest
-from lodestream.services.api.placement import (
-    THROUGHPUT_FLOOR_PER_S,
-    Placer,
-    SiteLoad,
-    choose,
-)
+from lodestream.services.api.placement import Placer, SiteLoad, choose
 from lodestream.services.api.submit import AppInterface, Catalog
 
-WINDOW = 600.0
 NOW = datetime(2025, 1, 2, tzinfo=UTC)
 
 
-def load(backlog: int = 0, finished: int = 0, **assigned: int) -> SiteLoad:
-    return SiteLoad(backlog=backlog, finished_recently=finished, assigned=dict(assigned))
+def load(backlog: int = 0, capacity: SiteCapacity | None = None, **assigned: int) -> SiteLoad:
+    return SiteLoad(backlog=backlog, assigned=dict(assigned), capacity=capacity or SiteCapacity())
 
 
-def placer(loads: Mapping[str, SiteLoad], apps: Mapping[str, set[str]] | None = None) -> Placer:
+def pilot(slots: int, run_s: float | None = None, **queued: int) -> SiteCapacity:
+    """A site with one open pilot of ``slots`` one-core nodes, running sim in ``run_s``."""
+    return SiteCapacity(
+        pilots=(tuple(Node(cores=1) for _ in range(slots)),),
+        run_s={} if run_s is None else {"sim": run_s},
+        queued=queued,
+    )
+
+
+def placer(
+    loads: Mapping[str, SiteLoad],
+    apps: Mapping[str, set[str]] | None = None,
+    runs: RunTimes | None = None,
+) -> Placer:
     defined = {site: frozenset((apps or {}).get(site, {"sim"})) for site in loads}
-    return Placer(loads, defined, {}, window_s=WINDOW)
+    return Placer(loads, defined, {}, runs)
 
 
 def sequence(p: Placer, strategy: Strategy, n: int, app: str = "sim") -> list[str]:
@@ -63,19 +76,46 @@ def test_shortest_backlog_fills_the_emptiest_site_first() -> None:
     assert sequence(p, "shortest_backlog", 6) == ["c", "c", "b", "c", "b", "c"]
 
 
-def test_fastest_eta_weighs_the_backlog_by_the_measured_rate() -> None:
-    # a finished 60 jobs in the window (0.1/s), b 6 (0.01/s), c nothing (the floor).
-    p = placer({"a": load(backlog=20, finished=60), "b": load(finished=6), "c": load()})
+def test_fastest_eta_splits_one_request_by_capacity() -> None:
+    # Three pilots of 2 slots each; sim runs in 0.3 s, 1 s and 3 s. One job at a time to
+    # where it would finish first: the best static split of 60 jobs, 44 / 12 / 4 (6.6 s).
+    p = placer({
+        "fast": load(capacity=pilot(2, 0.3)),
+        "mid": load(capacity=pilot(2, 1.0)),
+        "slow": load(capacity=pilot(2, 3.0)),
+    })  # fmt: skip
+    placed = sequence(p, "fastest_eta", 60)
+    assert {site: placed.count(site) for site in ("fast", "mid", "slow")} == {
+        "fast": 44, "mid": 12, "slow": 4,
+    }  # fmt: skip
+    last = p.place("sim", "fastest_eta")
+    assert last is not None
+    fast = last.candidates["fast"]
+    assert fast.throughput_per_s == pytest.approx(2 / 0.3)
+    assert fast.eta_s == pytest.approx(23 * 0.3)  # 44 jobs ahead on 2 slots: wave 23
+    assert fast.backlog == 44
+
+
+def test_fastest_eta_counts_the_work_queued_at_each_site() -> None:
+    # a is twice as fast but has 8 sim jobs queued on its 2 slots: 4 waves of 1 s ahead.
+    p = placer({"a": load(capacity=pilot(2, 1.0, sim=8)), "b": load(capacity=pilot(2, 2.0))})
     first = p.place("sim", "fastest_eta")
     assert first is not None
-    assert first.chosen == "b"  # 1 / 0.01 = 100 s beats (20 + 1) / 0.1 = 210 s
-    a = first.candidates["a"]
-    assert (a.backlog, a.throughput_per_s) == (20, 0.1)
-    assert a.eta_s == pytest.approx(210.0)
-    assert first.candidates["c"].throughput_per_s == THROUGHPUT_FLOOR_PER_S
-    # Each job placed adds to its site's backlog: b takes the next one (200 s), then a's
-    # 210 s and 220 s beat b's 300 s; the unmeasured site c, at 3600 s, gets none.
-    assert sequence(p, "fastest_eta", 3) == ["b", "a", "a"]
+    assert first.chosen == "b"  # 2 s beats 5 s
+    assert first.candidates["a"].eta_s == pytest.approx(5.0)
+    # b's second slot also ends at 2 s, its next two at 4 s; then a's two slots at 5 s.
+    assert sequence(p, "fastest_eta", 5) == ["b", "b", "b", "a", "a"]
+
+
+def test_fastest_eta_sends_work_to_a_site_without_a_pilot_only_when_all_else_is_later() -> None:
+    loads = {"busy": load(capacity=pilot(1, 1000.0, sim=3)), "idle": load()}
+    p = placer(loads, runs=RunTimes({"sim": 1000.0}))
+    first = p.place("sim", "fastest_eta")
+    assert first is not None
+    idle = first.candidates["idle"]
+    assert idle.eta_s == pytest.approx(NO_PILOT_WAIT_S + 1000.0)  # the app's time elsewhere
+    assert first.chosen == "busy"  # 4000 s beats 4600 s
+    assert sequence(p, "fastest_eta", 2) == ["idle", "busy"]
 
 
 def test_only_sites_defining_the_app_and_its_locations_are_candidates() -> None:

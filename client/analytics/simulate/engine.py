@@ -15,13 +15,16 @@ How the pilots are modelled, and why:
 
 With ``strategy`` set, every job is routed when it is submitted, among the sites whose
 pilots can hold it, by the API's own strategy functions
-(:func:`lodestream.services.api.placement.choose` over :class:`SiteLoad` figures).
+(:func:`lodestream.services.api.placement.choose` over :func:`site_figures`, with each
+site's capacity as the API would read it: its open pilots' slots, the median of its last
+runs of the app, the jobs routed there and not done).
 """
 
 from __future__ import annotations
 
 import heapq
 import math
+import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -29,7 +32,9 @@ from lodestream.client.analytics.simulate.calibrate import Calibration
 from lodestream.client.analytics.simulate.errors import BadScenario
 from lodestream.client.analytics.simulate.model import JobTrace, Scenario, amdahl_s
 from lodestream.client.analytics.simulate.storage import SharedStorage
-from lodestream.services.api.placement import THROUGHPUT_WINDOW_S, SiteLoad, choose
+from lodestream.schemas.resources import JobResources
+from lodestream.services.api.capacity import RUN_SAMPLE, Node, RunTimes, SiteCapacity
+from lodestream.services.api.placement import SiteLoad, choose, site_figures
 
 _ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE = range(5)
 
@@ -97,8 +102,21 @@ class _Site:
     pilots: list[_Pilot] = field(default_factory=list)
     widest: int = 0  # nodes of its widest pilot (open or not)
     storage: SharedStorage | None = None
-    load: SiteLoad = field(default_factory=lambda: SiteLoad(0, 0, {}))
-    finished: deque[float] = field(default_factory=deque)
+    load: SiteLoad = field(default_factory=lambda: SiteLoad(0, {}))
+    queued: dict[str, int] = field(default_factory=dict)  # app -> routed here, not done
+    runs: dict[str, deque[float]] = field(default_factory=dict)  # app -> its last run times
+
+    def capacity(self) -> SiteCapacity:
+        """As the API would read it (a slot of the simulation is one core of a node)."""
+        pilots = tuple(tuple(Node(cores=size) for size in pilot.size) for pilot in self.pilots)
+        runs = {app: statistics.median(r) for app, r in self.runs.items()}
+        every = [run for r in self.runs.values() for run in r]
+        return SiteCapacity(
+            pilots=pilots,
+            run_s=runs,
+            any_run_s=statistics.median(every) if every else None,
+            queued=dict(self.queued),
+        )
 
 
 def simulate(cal: Calibration, scenario: Scenario) -> Prediction:
@@ -118,6 +136,7 @@ class _Run:
         self.alloc: dict[int, tuple[_Pilot, tuple[int, ...]]] = {}
         self.site_of: list[str] = [job.site for job in cal.jobs]
         self.runnable_at = [0.0] * len(cal.jobs)
+        self.started_at = [0.0] * len(cal.jobs)
         self.waited = 0.0
         self.end = 0.0
         self.opening: list[tuple[str, _Pilot]] = []
@@ -194,19 +213,26 @@ class _Run:
 
     def _route(self, i: int, now: float) -> None:
         job = self.jobs[i]
+        # A slot is one core: a job of one node takes one, a job of n nodes n whole nodes.
+        shape = JobResources(num_nodes=self.nodes[i], node_packing_count=4096)
+        pooled: dict[str, list[float]] = {}
+        for site in self.sites.values():
+            for app, r in site.runs.items():
+                pooled.setdefault(app, []).extend(r)
+        runs = RunTimes({app: statistics.median(r) for app, r in pooled.items()})
         figures = {}
         for name, site in self.sites.items():
             if self.nodes[i] > site.widest:
                 continue
-            while site.finished and site.finished[0] < now - THROUGHPUT_WINDOW_S:
-                site.finished.popleft()
-            site.load.finished_recently = len(site.finished)
-            figures[name] = site.load.figures(job.app, THROUGHPUT_WINDOW_S)
+            site.load.capacity = site.capacity()
+            ahead_s = runs.queued_s(site.load.capacity)
+            figures[name] = site_figures(site.load, job.app, shape, ahead_s, runs)
         assert self.scenario.strategy is not None
         chosen = choose(self.scenario.strategy, figures).chosen
-        load = self.sites[chosen].load
-        load.backlog += 1
-        load.assigned[job.app] = load.assigned.get(job.app, 0) + 1
+        routed = self.sites[chosen]
+        routed.load.backlog += 1
+        routed.load.assigned[job.app] = routed.load.assigned.get(job.app, 0) + 1
+        routed.queued[job.app] = routed.queued.get(job.app, 0) + 1
         self.site_of[i] = chosen
         self._push(now + job.prepare_s, _RUNNABLE, i)
 
@@ -237,6 +263,7 @@ class _Run:
     def _start(self, i: int, now: float) -> None:
         job = self.jobs[i]
         self.waited += now - self.runnable_at[i]
+        self.started_at[i] = now
         ready = now + job.dispatch_s + job.overhead_s
         if job.io_bytes > 0 and self.sites[self.site_of[i]].storage is not None:
             self._push(ready, _IO, i)
@@ -255,8 +282,11 @@ class _Run:
         self.end = max(self.end, now + self.jobs[i].finish_s)
         site = self.sites[self.site_of[i]]
         if self.scenario.strategy is not None:
+            app = self.jobs[i].app
             site.load.backlog -= 1
-            site.finished.append(now)
+            site.queued[app] -= 1
+            runs = site.runs.setdefault(app, deque(maxlen=RUN_SAMPLE))
+            runs.append(now - self.started_at[i])
         self._dispatch(site, now)
 
 
