@@ -4,6 +4,7 @@ LodeClientError
 ├── NotConfigured     no API URL or token could be found
 ├── ApiError          the API answered with an error (status, code, message)
 │   └── Unreachable   no answer at all (connection refused, timeout)
+├── JobIdUnresolved   part of a job id names none of your jobs, or several (``matches``)
 └── WatchError        a live watch cannot start or go on (bad filter, since past the end of
     │                 the log, no or revoked monitoring credential)
     ├── CredentialRevoked  the server refused or dropped the monitoring credential
@@ -38,6 +39,16 @@ class ApiError(LodeClientError):
 class Unreachable(ApiError):
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(0, "unreachable", f"cannot reach {url}: {reason}")
+
+
+class JobIdUnresolved(LodeClientError):
+    """What a person typed for a job id names no job of theirs, or several: ``matches``
+    holds the jobs (as ``GET /jobs`` lists them) when it is ambiguous."""
+
+    def __init__(self, text: str, matches: list[dict[str, Any]], message: str) -> None:
+        super().__init__(message)
+        self.text = text
+        self.matches = matches
 
 
 class WatchError(LodeClientError):

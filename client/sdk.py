@@ -13,6 +13,7 @@ with the API's status, code and message. Example::
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -21,11 +22,13 @@ from typing import Any, Final, Self
 import httpx
 
 from lodestream.client.config import ClientConfig, resolve
-from lodestream.client.errors import ApiError, Unreachable
+from lodestream.client.errors import ApiError, JobIdUnresolved, Unreachable
 from lodestream.client.pushed import PushUnavailable, pushed_sequences
+from lodestream.schemas.ids import MIN_ID_PART, id_part
 
 Json = dict[str, Any]
 PROJECTION_WAIT_S: Final = 0.02
+MAX_ID_MATCHES: Final = 20  # jobs an ambiguous part of an id is shown to match
 
 
 class LodeClient:
@@ -151,6 +154,41 @@ class LodeClient:
         if app is not None:
             params["app"] = app
         return self._request("GET", "/ui/api/summary", params=params)
+
+    def resolve_job_id(self, text: str) -> str:
+        """The whole id of your one job that ``text`` names: a whole id (returned as it is),
+        or at least four hex digits its id begins or ends with (the tail ``lode`` shows).
+
+        Raises :class:`~lodestream.client.errors.JobIdUnresolved` when no job of yours
+        matches, or several do (``matches`` lists up to :data:`MAX_ID_MATCHES` of them).
+        """
+        try:
+            return str(uuid.UUID(text))
+        except ValueError:
+            pass
+        digits = id_part(text)
+        if digits is None:
+            raise JobIdUnresolved(
+                text, [], f"{text!r} is neither a job id nor {MIN_ID_PART}+ hex digits of one"
+            )
+        found: dict[str, Json] = {}
+        for where in ("id_prefix", "id_suffix"):
+            page = self._request("GET", "/jobs", params={where: digits, "limit": MAX_ID_MATCHES})
+            found.update((job["id"], job) for job in page["items"])
+        if len(found) == 1:
+            return next(iter(found))
+        if not found:
+            raise JobIdUnresolved(text, [], f"no job of yours has an id beginning or ending {text}")
+        listed = "".join(
+            f"\n  {job['id']}  {job['site']}  {job['app']}  {job['state']}"
+            for job in found.values()
+        )
+        more = " or more" if len(found) >= MAX_ID_MATCHES else ""
+        raise JobIdUnresolved(
+            text,
+            list(found.values()),
+            f"{text} is part of the ids of {len(found)}{more} jobs; name one:{listed}",
+        )
 
     def get_job(self, job_id: str) -> Json:
         """One job with its current state, resources, per-stage timestamps and, in

@@ -35,7 +35,9 @@ KILLABLE: Final = sorted(s.value for s in NON_FINAL)
 RESETTABLE: Final = sorted(s.value for s in FINAL if s is not JobState.JOB_FINISHED)
 MAX_SELECTED: Final = 100_000
 
-IDS_ARGUMENT = typer.Argument(None, help="Job ids; or select jobs with the filters.")
+IDS_ARGUMENT = typer.Argument(
+    None, help="Job ids (or 4+ hex digits one begins or ends with); or select with the filters."
+)
 YES_OPTION = typer.Option(False, "--yes", "-y", help="Do not ask for confirmation.")
 REASON_OPTION = typer.Option("", help="Recorded in each job's history.")
 
@@ -94,9 +96,9 @@ def _act(
         action: Callable[[str, str], dict[str, Any]] = (
             client.kill_job if verb == "kill" else client.reset_job
         )
-        targets = ids
+        targets = [client.resolve_job_id(i) for i in ids]
         if not filters.empty:
-            targets = _select(client, ids, filters.with_default_states(applicable))
+            targets = _select(client, targets, filters.with_default_states(applicable))
             if not targets:
                 console.print(f"no job to {verb} matches")
                 return

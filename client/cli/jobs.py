@@ -29,6 +29,7 @@ from lodestream.client.cli.filters import (
 )
 from lodestream.client.cli.transfers import transfers_table
 from lodestream.client.sdk import LodeClient
+from lodestream.schemas.ids import short_id
 from lodestream.schemas.strategies import DEFAULT_STRATEGY, STRATEGIES
 
 job_app = typer.Typer(help="Submit, list and inspect jobs.")
@@ -134,7 +135,8 @@ def job_ls(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per line."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """List your jobs, newest first."""
+    """List your jobs, newest first; the id column shows each id's last 8 digits (what
+    `lode job show` takes), --json whole ids."""
     filters = JobFilter.from_options(site, app, state, tag, since, parent)
     table = Table("id", "site", "app", "state", "workdir", "updated")
     with api_client(state_dir) as client:
@@ -144,16 +146,22 @@ def job_ls(
             if as_json:
                 typer.echo(json.dumps(job))
             else:
-                table.add_row(job["id"], job["site"], job["app"], job["state"], job["workdir"],
-                              str(job["updated_at"]))  # fmt: skip
+                table.add_row(short_id(job["id"]), job["site"], job["app"], job["state"],
+                              job["workdir"], str(job["updated_at"]))  # fmt: skip
     if not as_json:
         console.print(table)
 
 
 @job_app.command("show")
-def job_show(job_id: str, state_dir: Path = STATE_DIR_OPTION) -> None:
+def job_show(
+    job_id: str = typer.Argument(
+        ..., help="The job's id, or 4+ hex digits it begins or ends with."
+    ),
+    state_dir: Path = STATE_DIR_OPTION,
+) -> None:
     """Show one job, its transfers (the newest staging step's) and its full event history."""
     with api_client(state_dir) as client:
+        job_id = client.resolve_job_id(job_id)
         job = client.get_job(job_id)
         events = client.job_events(job_id)
     items = job.pop("transfer_items", [])  # shown as a table below

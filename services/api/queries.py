@@ -11,10 +11,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bindparam, select
+from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bindparam, func, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID, distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -29,8 +29,8 @@ from lodestream.infra.postgres.tables import (
     sites,
     transfer_items,
 )
-from lodestream.services.api.capacity import RunTimes
-from lodestream.services.api.loads import site_loads
+from lodestream.schemas.states import NON_FINAL, JobState
+from lodestream.services.api.placement import THROUGHPUT_WINDOW_S, SiteLoad
 from lodestream.services.api.submit import AppInterface, Catalog, Existing
 
 OrderBy = Literal["created", "-created", "updated", "-updated"]
@@ -76,7 +76,7 @@ async def catalog(
     """Everything a submission is checked against, in at most five queries (the sites'
     transfer locations only when a job of it ``stages`` data). With ``auto`` (a job lets the
     API choose its site) every live site of the owner is loaded, with its load as of ``now``
-    (four more queries, :func:`lodestream.services.api.loads.site_loads`)."""
+    (three more queries)."""
     query = select(sites.c.name).where(sites.c.owner == owner, sites.c.removed_at.is_(None))
     if not auto:
         query = query.where(sites.c.name.in_(sorted(site_names)))
@@ -114,9 +114,7 @@ async def catalog(
             .where(jobs.c.id == _ids("ids", ids))
         )
         existing = {row.id: Existing(row.owner, row.event_id, row.created_seq) for row in result}
-    loads, runs = (
-        await site_loads(conn, owner, own_sites, now) if auto and own_sites else ({}, RunTimes())
-    )
+    loads = await site_loads(conn, owner, own_sites, now) if auto and own_sites else {}
     return Catalog(
         sites=own_sites,
         apps=app_map,
@@ -124,8 +122,49 @@ async def catalog(
         existing=existing,
         locations=locations,
         loads=loads,
-        runs=runs,
     )
+
+
+async def site_loads(
+    conn: AsyncConnection,
+    owner: str,
+    names: Collection[str],
+    now: datetime | None,
+    window_s: float = THROUGHPUT_WINDOW_S,
+) -> dict[str, SiteLoad]:
+    """Each site's backlog (index jobs_site_state), the jobs it finished within ``window_s``
+    before ``now`` (index jobs_updated: a finished job is never updated again, so its
+    ``updated_at`` is when it finished) and the owner's jobs per app there (jobs_app)."""
+    listed = sorted(names)
+    loads = {name: SiteLoad(backlog=0, finished_recently=0, assigned={}) for name in listed}
+    count = func.count()
+    result = await conn.execute(
+        select(jobs.c.site, count)
+        .where(jobs.c.site.in_(listed), jobs.c.state.in_(sorted(s.value for s in NON_FINAL)))
+        .group_by(jobs.c.site)
+    )
+    for site, n in result:
+        loads[site].backlog = n
+    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=window_s)
+    result = await conn.execute(
+        select(jobs.c.site, count)
+        .where(
+            jobs.c.updated_at > cutoff,
+            jobs.c.site.in_(listed),
+            jobs.c.state == JobState.JOB_FINISHED.value,
+        )
+        .group_by(jobs.c.site)
+    )
+    for site, n in result:
+        loads[site].finished_recently = n
+    result = await conn.execute(
+        select(jobs.c.site, jobs.c.app, count)
+        .where(jobs.c.site.in_(listed), jobs.c.owner == owner)
+        .group_by(jobs.c.site, jobs.c.app)
+    )
+    for site, app, n in result:
+        loads[site].assigned[app] = n
+    return loads
 
 
 # --- jobs and events -------------------------------------------------------------------------

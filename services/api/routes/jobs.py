@@ -11,6 +11,7 @@ from pydantic import AwareDatetime, StringConstraints, ValidationError
 
 from lodestream.eventlog.wire import Outgoing
 from lodestream.schemas.envelope import now
+from lodestream.schemas.ids import MIN_ID_PART, id_part
 from lodestream.schemas.resources import APP_NAME_PATTERN
 from lodestream.schemas.states import JobState
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
@@ -49,6 +50,10 @@ from lodestream.services.api.models import (
 router = APIRouter(tags=["jobs"])
 
 TAG_HELP: Final = "key:value, repeatable; a job matches when it has all of them"
+ID_PART_HELP: Final = (
+    f"at least {MIN_ID_PART} hex digits: jobs whose id begins (id_prefix) or ends (id_suffix) "
+    "with them"
+)
 TagFilter = Annotated[str, StringConstraints(pattern=TAG_FILTER_PATTERN)]
 
 _SUBMIT_BODY: Final = {
@@ -186,6 +191,8 @@ async def list_jobs(
     state: Annotated[list[JobState] | None, Query()] = None,
     tag: Annotated[list[TagFilter] | None, Query(description=TAG_HELP)] = None,
     parent_id: uuid.UUID | None = None,
+    id_prefix: Annotated[str | None, Query(description=ID_PART_HELP, max_length=36)] = None,
+    id_suffix: Annotated[str | None, Query(description=ID_PART_HELP, max_length=36)] = None,
     created_after: Annotated[AwareDatetime | None, Query()] = None,
     created_before: Annotated[AwareDatetime | None, Query()] = None,
     updated_after: Annotated[AwareDatetime | None, Query()] = None,
@@ -206,6 +213,8 @@ async def list_jobs(
         created_before=created_before,
         updated_after=updated_after,
         updated_before=updated_before,
+        id_prefix=_id_part("id_prefix", id_prefix),
+        id_suffix=_id_part("id_suffix", id_suffix),
     )
     # One row more than asked says whether there is a next page without a count(*).
     rows = await queries.list_jobs(
@@ -215,6 +224,17 @@ async def list_jobs(
         items=[JobOut.from_row(r) for r in rows[:limit]],
         next_offset=offset + limit if len(rows) > limit else None,
     )
+
+
+def _id_part(name: str, value: str | None) -> str | None:
+    if value is None:
+        return None
+    digits = id_part(value)
+    if digits is None:
+        raise InvalidInput(
+            f"{name} must be at least {MIN_ID_PART} hex digits of a job id, got {value!r}"
+        )
+    return digits
 
 
 def parse_tags(raw: list[str]) -> dict[str, str]:
