@@ -11,10 +11,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any, Final, Literal
 
-from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bindparam, func, select
+from sqlalchemy import ColumnElement, FromClause, RowMapping, Select, any_, bindparam, select
 from sqlalchemy.dialects.postgresql import ARRAY, UUID, distinct_on
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -29,8 +29,9 @@ from lodestream.infra.postgres.tables import (
     sites,
     transfer_items,
 )
-from lodestream.schemas.states import NON_FINAL, JobState
-from lodestream.services.api.placement import THROUGHPUT_WINDOW_S, SiteLoad
+from lodestream.services.api.capacity import RunTimes
+from lodestream.services.api.jobids import id_conditions
+from lodestream.services.api.loads import site_loads
 from lodestream.services.api.submit import AppInterface, Catalog, Existing
 
 OrderBy = Literal["created", "-created", "updated", "-updated"]
@@ -76,7 +77,7 @@ async def catalog(
     """Everything a submission is checked against, in at most five queries (the sites'
     transfer locations only when a job of it ``stages`` data). With ``auto`` (a job lets the
     API choose its site) every live site of the owner is loaded, with its load as of ``now``
-    (three more queries)."""
+    (four more queries, :func:`lodestream.services.api.loads.site_loads`)."""
     query = select(sites.c.name).where(sites.c.owner == owner, sites.c.removed_at.is_(None))
     if not auto:
         query = query.where(sites.c.name.in_(sorted(site_names)))
@@ -114,7 +115,9 @@ async def catalog(
             .where(jobs.c.id == _ids("ids", ids))
         )
         existing = {row.id: Existing(row.owner, row.event_id, row.created_seq) for row in result}
-    loads = await site_loads(conn, owner, own_sites, now) if auto and own_sites else {}
+    loads, runs = (
+        await site_loads(conn, owner, own_sites, now) if auto and own_sites else ({}, RunTimes())
+    )
     return Catalog(
         sites=own_sites,
         apps=app_map,
@@ -122,49 +125,8 @@ async def catalog(
         existing=existing,
         locations=locations,
         loads=loads,
+        runs=runs,
     )
-
-
-async def site_loads(
-    conn: AsyncConnection,
-    owner: str,
-    names: Collection[str],
-    now: datetime | None,
-    window_s: float = THROUGHPUT_WINDOW_S,
-) -> dict[str, SiteLoad]:
-    """Each site's backlog (index jobs_site_state), the jobs it finished within ``window_s``
-    before ``now`` (index jobs_updated: a finished job is never updated again, so its
-    ``updated_at`` is when it finished) and the owner's jobs per app there (jobs_app)."""
-    listed = sorted(names)
-    loads = {name: SiteLoad(backlog=0, finished_recently=0, assigned={}) for name in listed}
-    count = func.count()
-    result = await conn.execute(
-        select(jobs.c.site, count)
-        .where(jobs.c.site.in_(listed), jobs.c.state.in_(sorted(s.value for s in NON_FINAL)))
-        .group_by(jobs.c.site)
-    )
-    for site, n in result:
-        loads[site].backlog = n
-    cutoff = (now or datetime.now(UTC)) - timedelta(seconds=window_s)
-    result = await conn.execute(
-        select(jobs.c.site, count)
-        .where(
-            jobs.c.updated_at > cutoff,
-            jobs.c.site.in_(listed),
-            jobs.c.state == JobState.JOB_FINISHED.value,
-        )
-        .group_by(jobs.c.site)
-    )
-    for site, n in result:
-        loads[site].finished_recently = n
-    result = await conn.execute(
-        select(jobs.c.site, jobs.c.app, count)
-        .where(jobs.c.site.in_(listed), jobs.c.owner == owner)
-        .group_by(jobs.c.site, jobs.c.app)
-    )
-    for site, app, n in result:
-        loads[site].assigned[app] = n
-    return loads
 
 
 # --- jobs and events -------------------------------------------------------------------------
@@ -181,6 +143,8 @@ class JobFilter:
     created_before: datetime | None = None
     updated_after: datetime | None = None
     updated_before: datetime | None = None
+    id_prefix: str | None = None  # hex digits, as schemas.ids.id_part gives them
+    id_suffix: str | None = None
 
 
 def _conditions(owner: str, f: JobFilter) -> list[ColumnElement[bool]]:
@@ -190,6 +154,7 @@ def _conditions(owner: str, f: JobFilter) -> list[ColumnElement[bool]]:
         plain.append(jobs.c.site == f.site)
     if f.app is not None:
         plain.append(jobs.c.app == f.app)
+    plain.extend(id_conditions(f.id_prefix, f.id_suffix))
     if len(f.states) == 1:
         plain.append(jobs.c.state == f.states[0])
     elif f.states:
