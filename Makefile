@@ -113,7 +113,7 @@ run: $(STAMP) ## Start the embedded stack and run the demo workload (Ctrl-C stop
 up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
-BENCHES := bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse \
+BENCHES := bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse bench-sse-slow \
 	bench-analytics bench-simulate bench-decode bench-acks bench-cluster
 
 .PHONY: bench $(BENCHES)
@@ -136,6 +136,9 @@ bench-watch: $(STAMP) ## Live watch: appended → delivered at 1,000/s, replay f
 
 bench-sse: $(STAMP) ## 50 SSE clients on the push feed vs none: the projector's rate (SSE_ARGS=--clients 50)
 	$(BIN)/python -m bench.sse $(SSE_ARGS)
+
+bench-sse-slow: $(STAMP) ## 500 since=0 SSE readers that never read: the api's RSS (SSE_SLOW_ARGS=--readers 500)
+	$(BIN)/python -m bench.sse_slow $(SSE_SLOW_ARGS)
 
 bench-analytics: $(STAMP) ## Analytics replayed from a stream of 1,000,000 events (ANALYTICS_ARGS=--events 100000)
 	$(BIN)/python -m bench.analytics $(ANALYTICS_ARGS)
