@@ -388,15 +388,18 @@ async def test_a_key_that_is_not_a_user_nkey_is_refused(
 
 async def test_a_valid_key_is_bound_and_registered(api: ApiHarness, alice: dict[str, str]) -> None:
     before = await api.message_count()
-    key = user_public_key(new_user_seed())
+    key, other = user_public_key(new_user_seed()), user_public_key(new_user_seed())
 
     bound = await api.client.put(f"/sites/{SITE}/key", json={"public_key": key}, headers=alice)
     registered = await api.client.post(
-        "/sites", json={"name": "polaris", "public_key": key}, headers=alice
+        "/sites", json={"name": "polaris", "public_key": other}, headers=alice
     )
+    # One key, one principal (issue 29): the first site's key is not a second site's.
+    twice = await api.client.post("/sites", json={"name": "vega", "public_key": key}, headers=alice)
 
     assert bound.status_code == 200, bound.text
     assert registered.status_code == 201, registered.text
+    assert twice.status_code == 409, twice.text
     assert await api.message_count() == before + 2
 
 
