@@ -114,7 +114,7 @@ up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
 BENCHES := bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse bench-sse-slow \
-	bench-analytics bench-simulate bench-decode bench-acks bench-cluster
+	bench-analytics bench-simulate bench-decode bench-acks bench-cluster bench-routing
 
 .PHONY: bench $(BENCHES)
 bench: $(BENCHES) ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
@@ -151,6 +151,9 @@ bench-decode: $(STAMP) ## µs per event: the shared rule, the union and per-clas
 
 bench-acks: $(STAMP) ## What an ack costs: per message against once per batch
 	$(BIN)/python -m bench.acks $(ACKS_ARGS)
+
+bench-routing: $(STAMP) ## One auto request of 60 jobs over sites of 0.3/1/3 s per job (ROUTING_ARGS=--jobs 30)
+	$(BIN)/python -m bench.routing $(ROUTING_ARGS)
 
 bench-cluster: $(STAMP) ## No-op jobs on a 3-node cluster in containers vs one server (root and Docker; skipped without)
 	LODE_CLUSTER_BENCH=1 $(BIN)/pytest -q -s -p no:cacheprovider tests/containers/test_cluster_bench.py $(PYTEST_ARGS)

@@ -125,7 +125,7 @@ class RoutingBench:
     def _scalar(self, sql: str, *args: object) -> int:
         assert self.info is not None
         with psycopg.connect(self.info.database_url) as conn:
-            row = conn.execute(sql, args).fetchone()  # type: ignore[arg-type]
+            row = conn.execute(sql, args).fetchone()
         return int(row[0]) if row and row[0] is not None else 0
 
     def _wait_for_app(self, site: str) -> None:

@@ -21,8 +21,9 @@ class SiteFigures(EventData):
     """What the read models said of one candidate site when the choice was made.
 
     ``backlog``: the site's jobs not final yet (this request's earlier auto jobs included);
-    ``throughput_per_s``: jobs it finished per second over the recent window, floored so
-    that an idle site has a finite ETA; ``eta_s``: ``(backlog + 1) / throughput_per_s``;
+    ``throughput_per_s``: jobs of this app its open pilots run per second (slots / median
+    run time; one slot if none is open); ``eta_s``: seconds until this job would finish
+    there, given the work queued ahead of it (``services/api/capacity.py``);
     ``assigned``: the caller's jobs of this app the site already holds (round robin's turn).
     """
 
