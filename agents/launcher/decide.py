@@ -109,13 +109,17 @@ def refusal(
     never_fits: str | None,
     pilot_nodes: int,
     site: SiteShape,
+    mpi_broken: str | None = None,
 ) -> Refusal | None:
     """Why this pilot must not place ``request``, or None.
 
     ``never_fits`` is the packer's reason why it can never run on this pilot's
     ``pilot_nodes`` nodes. Too many nodes is "nowhere" only when every pilot of the site has
     these nodes; nodes too small, when every node of the site is shaped like these. A serial
-    pilot leaves MPI jobs (more than one node or one rank) to the site's mpi-mode pilots.
+    pilot leaves MPI jobs (more than one node or one rank) to the site's mpi-mode pilots. An
+    mpi-mode pilot whose probe found its launcher's ranks in no one world (``mpi_broken``,
+    :mod:`~lodestream.agents.launcher.probe`) fails them with that reason: the site's
+    settings are every pilot's, and run anyway they would be separate programs.
     """
     if never_fits is not None:
         fixed = site.same_nodes if request.num_nodes > pilot_nodes else site.same_node_shape
@@ -127,6 +131,12 @@ def refusal(
         return Refusal(
             f"an MPI job ({request.num_nodes} nodes x {request.ranks_per_node} ranks); "
             "a serial-mode pilot runs single-rank jobs; a pilot in mpi mode takes it"
+        )
+    if mpi_broken is not None and (request.num_nodes > 1 or request.ranks_per_node > 1):
+        return Refusal(
+            f"an MPI job ({request.num_nodes} nodes x {request.ranks_per_node} ranks): "
+            f"{mpi_broken}",
+            nowhere=True,
         )
     return None
 

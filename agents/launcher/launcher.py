@@ -131,6 +131,7 @@ class Launcher:
         diffusion: Diffusion | None = None,
         filter_tags: Mapping[str, str] | None = None,
         outbox: Outbox | None = None,
+        mpi_broken: str | None = None,
     ) -> None:
         self._js = js
         # At a leaf-node site, where results the hub does not answer for are kept.
@@ -147,6 +148,9 @@ class Launcher:
         self._packer = NodePacker(nodes)
         self._mode: JobMode = mode
         self._site_shape = site_shape or SiteShape()
+        # Why this pilot's MPI launcher starts no one world (its probe), or None: MPI jobs
+        # are then failed with it, serial ones still run.
+        self._mpi_broken = mpi_broken
         self._refusals_logged: set[JobKey] = set()
         # Only jobs whose tags include all of these are leased here; empty: every job.
         self._filter_tags = dict(filter_tags or {})
@@ -346,7 +350,7 @@ class Launcher:
             return
         refused = decide.refusal(request, mode=self._mode, pilot_nodes=len(self._nodes),
                                  never_fits=self._packer.can_ever_fit(request),
-                                 site=self._site_shape)  # fmt: skip
+                                 site=self._site_shape, mpi_broken=self._mpi_broken)  # fmt: skip
         placing = decide.offer(item.spec, refused=refused,
                                remaining_min=self.session.remaining_min())  # fmt: skip
         if refused is not None:  # NEVER_FITS here, or NOWHERE at this site

@@ -18,6 +18,7 @@ from lodestream.agents.launcher.diffusion import Diffusion, build, caches_reacha
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.peers import PeerCaches
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
+from lodestream.agents.launcher.probe import probe_world, refusal_reason
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.site.apps import ApplicationDefinition, load_apps, to_app_model
@@ -29,6 +30,7 @@ from lodestream.eventlog.outbox import Outbox
 from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
+from lodestream.platform_adapters.launchers.mpi import MpiLauncher
 from lodestream.platform_adapters.schedulers.environment import own_job_id
 from lodestream.schemas.resources import SchedulerState
 
@@ -62,6 +64,7 @@ async def run(
     if plan is None:
         plan = plan_pilot(settings, mode=mode)
     nodes = list(plan.nodes)
+    mpi_broken = await asyncio.to_thread(_probe, settings, plan)
     wall_s = await asyncio.to_thread(_wall_time_s, plan.machine, wall_time_min)
     # The batch job's clock starts now; the pilot drains a little before it runs out.
     deadline = time.monotonic() + wall_s - drain_margin_s(wall_s)
@@ -107,7 +110,7 @@ async def run(
             data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
             base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
             batch=batch, diffusion=_diffusion(settings, plan, session, apps),
-            filter_tags=filter_tags, outbox=outbox,
+            filter_tags=filter_tags, outbox=outbox, mpi_broken=mpi_broken,
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)
@@ -149,6 +152,21 @@ def _diffusion(
         apps={name: to_app_model(cls, settings.site) for name, cls in apps.items()},
         data_dir=settings.data_dir, max_deliveries=cfg.cache_defer_deliveries,
     )  # fmt: skip
+
+
+def _probe(settings: SiteSettings, plan: PilotPlan) -> str | None:
+    """An mpi-mode pilot's 2-rank probe of its launcher's MPI world
+    (:mod:`~lodestream.agents.launcher.probe`): why MPI jobs must be refused, or None."""
+    launcher = plan.app_launcher
+    if plan.mode != "mpi" or not isinstance(launcher, MpiLauncher):
+        return None
+    workdir = settings.log_dir / f"mpi-probe-{uuid.uuid4()}"
+    why = probe_world(launcher, plan.nodes, workdir, plan.base_env)
+    if why is None:
+        return None
+    reason = refusal_reason(launcher, why)
+    log.error("launcher: %s", reason)
+    return reason
 
 
 def _revoke(launcher: Launcher, stop: asyncio.Event) -> None:
