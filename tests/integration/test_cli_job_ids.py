@@ -77,6 +77,10 @@ async def test_the_api_finds_ids_by_part_among_the_callers_jobs_only(
         assert await ids(USER, id_prefix=job_id[:23]) == [job_id]
         assert await ids(USER, id_prefix=job_id[:23], id_suffix=tail) == [job_id]
         assert await ids("mallory", id_suffix=tail) == []
+        headers = {"Authorization": f"Bearer {api.tokens[USER]}"}
+        for part in (tail, job_id[:23], job_id):  # the dashboard's search by id
+            found = await http.get("/ui/api/jobs", params={"job_id": part}, headers=headers)
+            assert [job["id"] for job in found.json()] == [job_id], found.text
         short = await find(USER, id_suffix="abc")
         assert short.status_code == 422
         assert "at least 4 hex digits" in short.text

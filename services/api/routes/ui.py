@@ -15,7 +15,9 @@ from typing import Annotated, Any, Final
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import HTMLResponse
 from pydantic import BaseModel, Field
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from lodestream.schemas.ids import MIN_ID_PART, id_part
 from lodestream.schemas.resources import APP_NAME_PATTERN
 from lodestream.schemas.states import JobState
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN
@@ -50,6 +52,7 @@ PAGE_HEADERS: Final = {
     "Cache-Control": "no-cache",
 }
 SEARCH_LIMIT: Final = 100
+ID_HELP: Final = f"a job id, or {MIN_ID_PART}+ hex digits it begins or ends with"
 _READS = documented(Unauthorized, InvalidInput, Unavailable)
 
 
@@ -123,18 +126,18 @@ async def search_jobs(
     *,
     user: Viewer,
     ctx: Context,
-    job_id: uuid.UUID | None = None,
+    job_id: Annotated[str | None, Query(max_length=36, description=ID_HELP)] = None,
     site: Annotated[str | None, Query(pattern=SITE_SLUG_PATTERN)] = None,
     app: Annotated[str | None, Query(pattern=APP_NAME_PATTERN)] = None,
     state: JobState | None = None,
     tag: Annotated[str | None, Query(description="key:value")] = None,
     limit: Annotated[int, Query(ge=1, le=SEARCH_LIMIT)] = 50,
 ) -> list[JobOut]:
-    """The caller's newest jobs matching every criterion given (one job, by ``job_id``)."""
+    """The caller's newest jobs matching every criterion given (by ``job_id``: the job with
+    that id, or those whose id begins or ends with its hex digits)."""
     async with ctx.engine.connect() as conn:
         if job_id is not None:
-            row = await queries.get_job(conn, user, job_id)
-            return [JobOut.from_row(row)] if row is not None else []
+            return await _by_id(conn, user, job_id, limit)
         filters = queries.JobFilter(
             site=site,
             app=app,
@@ -145,6 +148,23 @@ async def search_jobs(
             conn, user, filters, order_by="-created", limit=limit, offset=0
         )
     return [JobOut.from_row(r) for r in rows]
+
+
+async def _by_id(conn: AsyncConnection, user: str, text: str, limit: int) -> list[JobOut]:
+    try:
+        row = await queries.get_job(conn, user, uuid.UUID(text))
+    except ValueError:
+        pass
+    else:
+        return [JobOut.from_row(row)] if row is not None else []
+    digits = id_part(text)
+    if digits is None:
+        raise InvalidInput(f"job_id: a job id or {MIN_ID_PART}+ hex digits of one, not {text!r}")
+    found: dict[uuid.UUID, JobOut] = {}
+    for part in (queries.JobFilter(id_prefix=digits), queries.JobFilter(id_suffix=digits)):
+        rows = await queries.list_jobs(conn, user, part, order_by="-created", limit=limit, offset=0)
+        found.update((r["id"], JobOut.from_row(r)) for r in rows)
+    return list(found.values())[:limit]
 
 
 @router.get(
