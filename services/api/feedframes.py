@@ -2,7 +2,8 @@
 
 An event's frame is the same for every client that may see it (its ``id`` is its stream
 sequence, its ``data`` the event's JSON), so it is decoded, checked with the shared rule
-and serialised once per api, whatever the number of clients and filters.
+and serialised once per api, whatever the number of clients and filters. The cache keeps
+the newest ``FRAME_CACHE_SIZE`` events, and no more than ``FRAME_CACHE_BYTES`` of frames.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 RETRY_MS: Final = 1000  # how soon a browser reconnects after a lag or a restart
 FRAME_CACHE_SIZE: Final = 8192
+FRAME_CACHE_BYTES: Final = 64 * 2**20  # events are as large as a site makes them
 
 OPENING: Final = f"retry: {RETRY_MS}\n: lodestream event feed\n\n".encode()
 
@@ -32,8 +34,10 @@ OPENING: Final = f"retry: {RETRY_MS}\n: lodestream event feed\n\n".encode()
 class FrameCache:
     """The checked event and its SSE frame by stream sequence; one per app (its stream)."""
 
-    def __init__(self, size: int = FRAME_CACHE_SIZE) -> None:
+    def __init__(self, size: int = FRAME_CACHE_SIZE, max_bytes: int = FRAME_CACHE_BYTES) -> None:
         self._size = size
+        self._max_bytes = max_bytes
+        self._bytes = 0
         self._frames: OrderedDict[int, tuple[Event, bytes] | None] = OrderedDict()
         self.refused = 0
 
@@ -50,9 +54,16 @@ class FrameCache:
         else:
             found = (event, event_frame(seq, {"seq": seq, **to_document(event)}))
         self._frames[seq] = found
-        if len(self._frames) > self._size:
-            self._frames.popitem(last=False)
+        self._bytes += _size(found)
+        while len(self._frames) > 1 and (
+            len(self._frames) > self._size or self._bytes > self._max_bytes
+        ):
+            self._bytes -= _size(self._frames.popitem(last=False)[1])
         return found
+
+
+def _size(found: tuple[Event, bytes] | None) -> int:
+    return 0 if found is None else len(found[1])
 
 
 def accepted_frames(

@@ -1,12 +1,17 @@
 """The push feed's bounds that need no server: an outbox's room, in events and in bytes,
-and the per-user count of open streams."""
+the per-user count of open streams, and the frame cache's bytes."""
 
 from __future__ import annotations
 
 import pytest
 
+from lodestream.schemas.codec import encode
+from lodestream.schemas.events.app import AppRegistered
+from lodestream.schemas.ids import uuid7
+from lodestream.schemas.resources import App
 from lodestream.services.api.errors import TooMany
 from lodestream.services.api.feedbox import Outbox
+from lodestream.services.api.feedframes import FrameCache
 from lodestream.services.api.feedslots import StreamSlots
 
 
@@ -50,3 +55,15 @@ def test_streams_past_the_limit_are_refused_and_a_freed_slot_makes_room() -> Non
     assert slots.held("ada") == 1
     slots.take("ada", 2)
     assert slots.held("ada") == 2
+
+
+def test_the_frame_cache_keeps_no_more_bytes_than_its_bound() -> None:
+    cache = FrameCache(size=1000, max_bytes=3000)
+    app = App(site="alpha", name="sim", description="x" * 900)
+    for seq in range(1, 11):
+        event = AppRegistered.create(
+            site="alpha", aggregate_id=uuid7(), actor="site:alpha", data=app
+        )
+        assert cache.get(seq, f"evt.alpha.app.{event.aggregate_id}.registered", encode(event))
+    assert 1 <= len(cache._frames) <= 3
+    assert max(cache._frames) == 10, "the newest stay"
