@@ -1,16 +1,19 @@
-"""Issue 13.1: the live subscription client, appended → delivered and replay throughput.
+"""Issues 13.1 and 30: the live subscription client, appended → delivered and replay.
 
-    python -m bench.watch [--rate 1000] [--seconds 10] [--replay 100000] [--out bench/out]
+    python -m bench.watch [--rate 5 --rate 1000] [--seconds 10] [--sites 1]
+                          [--replay 100000] [--out bench/out]
 
 Starts nats-server as the stack runs it (JetStream, TLS websocket, the control plane's
 password user, one monitoring key holding site ``alpha``) and measures what
 :func:`lodestream.client.watch.watch` sees over wss:// with that key:
 
 * **latency**: a publisher *process* (the control plane's connection, plain listener)
-  appends real job events at ``--rate`` per second for ``--seconds``; each append's
-  ``time.monotonic_ns()`` before the publish is compared with the watcher's clock when the
-  event comes out of its iterator (one system-wide monotonic clock, two processes).
-  p50 / p95 / p99 / max over every event.
+  appends real job events at each ``--rate`` per second for ``--seconds`` (at least
+  :data:`SLOW_SECONDS` below 100 per second: enough events for a p95, and several pull
+  expiries); each append's ``time.monotonic_ns()`` before the publish is compared with the
+  watcher's clock when the event comes out of its iterator (one system-wide monotonic
+  clock, two processes). p50 / p95 / p99 / max over every event. With ``--sites N`` the key
+  holds N sites, the watcher watches them all and the events go to each in turn.
 * **replay**: ``--replay`` events are appended first (pipelined), then a watcher starts at
   ``since=1`` and the time to receive them all is measured, decoding and checking each with
   the shared rule as any watcher does.
@@ -51,27 +54,36 @@ from lodestream.schemas.resources import JobSpec
 from lodestream.settings import NatsSettings
 
 SITE = "alpha"
+SLOW_SECONDS = 60.0
 
 
-def job_events(count: int) -> list[tuple[str, bytes, str]]:
-    """``count`` real events (created, preprocessed, started per job): subject, body, id."""
+def site_names(count: int) -> tuple[str, ...]:
+    return (SITE, *(f"site{i}" for i in range(1, count)))
+
+
+def job_events(count: int, sites: tuple[str, ...] = (SITE,)) -> list[tuple[str, bytes, str]]:
+    """``count`` real events (created, preprocessed, started per job, the jobs at each of
+    ``sites`` in turn): subject, body, id."""
     out: list[tuple[str, bytes, str]] = []
     while len(out) < count:
+        site = sites[len(out) // 3 % len(sites)]
         job, session = uuid.uuid4(), uuid.uuid4()
-        spec = JobSpec.model_validate({"site": SITE, "app": "demo", "workdir": f"w/{job}"})
+        spec = JobSpec.model_validate({"site": site, "app": "demo", "workdir": f"w/{job}"})
         for event in (
-            JobCreated.create(site=SITE, aggregate_id=job, actor="user:ada", data=spec),
-            JobPreprocessed.create(site=SITE, aggregate_id=job, actor="controller:main",
+            JobCreated.create(site=site, aggregate_id=job, actor="user:ada", data=spec),
+            JobPreprocessed.create(site=site, aggregate_id=job, actor="controller:main",
                                    data=StepData(skipped=("job.ready", "job.staged_in"))),
-            JobStarted.create(site=SITE, aggregate_id=job, actor=f"launcher:{session}",
+            JobStarted.create(site=site, aggregate_id=job, actor=f"launcher:{session}",
                               data=StartedData(session_id=session, skipped=("job.leased",))),
         ):  # fmt: skip
             out.append((event.subject, encode(event), str(event.id)))
     return out[:count]
 
 
-async def _publish_paced(settings: NatsSettings, rate: int, seconds: float) -> dict[str, int]:
-    events = job_events(int(rate * seconds))
+async def _publish_paced(
+    settings: NatsSettings, rate: int, seconds: float, sites: tuple[str, ...]
+) -> dict[str, int]:
+    events = job_events(int(rate * seconds), sites)
     nc = await connect(settings)
     js = jetstream(nc)
     sent: dict[str, int] = {}
@@ -92,9 +104,11 @@ async def _publish_paced(settings: NatsSettings, rate: int, seconds: float) -> d
     return sent
 
 
-def _publisher(settings: dict[str, Any], rate: int, seconds: float, out: Any) -> None:
+def _publisher(
+    settings: dict[str, Any], rate: int, seconds: float, sites: tuple[str, ...], out: Any
+) -> None:
     settings["password"] = SecretStr(settings["password"])
-    sent = asyncio.run(_publish_paced(NatsSettings.model_validate(settings), rate, seconds))
+    sent = asyncio.run(_publish_paced(NatsSettings.model_validate(settings), rate, seconds, sites))
     out.put(sent)
 
 
@@ -105,9 +119,11 @@ def _plain(settings: NatsSettings) -> dict[str, Any]:
     return plain
 
 
-async def _watch_count(credential: MonitorCredential, since: Any, count: int) -> dict[str, int]:
+async def _watch_count(
+    credential: MonitorCredential, since: Any, count: int, sites: tuple[str, ...] = (SITE,)
+) -> dict[str, int]:
     got: dict[str, int] = {}
-    async with watch(credential, [SITE], since=since) as w:
+    async with watch(credential, sites, since=since) as w:
         async for item in w:
             got[str(item.event.id)] = time.monotonic_ns()
             if len(got) == count:
@@ -115,14 +131,16 @@ async def _watch_count(credential: MonitorCredential, since: Any, count: int) ->
     return got
 
 
-async def latency(settings: NatsSettings, cred: MonitorCredential, rate: int, seconds: float
-                  ) -> dict[str, Any]:  # fmt: skip
+async def latency(settings: NatsSettings, cred: MonitorCredential, rate: int, seconds: float,
+                  sites: tuple[str, ...]) -> dict[str, Any]:  # fmt: skip
+    if rate < 100:
+        seconds = max(seconds, SLOW_SECONDS)
     count = int(rate * seconds)
-    receiver = asyncio.create_task(_watch_count(cred, "now", count))
+    receiver = asyncio.create_task(_watch_count(cred, "now", count, sites))
     await asyncio.sleep(1.0)  # the watcher's consumer exists before the first append
     queue: Any = multiprocessing.get_context("spawn").Queue()
     proc = multiprocessing.get_context("spawn").Process(
-        target=_publisher, args=(_plain(settings), rate, seconds, queue)
+        target=_publisher, args=(_plain(settings), rate, seconds, sites, queue)
     )
     proc.start()
     done, _ = await asyncio.wait({receiver}, timeout=seconds * 3 + 60)
@@ -135,7 +153,8 @@ async def latency(settings: NatsSettings, cred: MonitorCredential, rate: int, se
     proc.join()
     ms = sorted((got[k] - sent[k]) / 1e6 for k in sent)
     cut = statistics.quantiles(ms, n=100)
-    return {"events": len(ms), "rate_per_s": rate, "p50_ms": round(cut[49], 2),
+    return {"events": len(ms), "rate_per_s": rate, "sites": len(sites),
+            "p50_ms": round(cut[49], 2),
             "p95_ms": round(cut[94], 2), "p99_ms": round(cut[98], 2),
             "max_ms": round(ms[-1], 2)}  # fmt: skip
 
@@ -160,11 +179,12 @@ async def main_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
     password = new_password()
     tls = ensure_local_ca(root / "tls")
     cred0 = MonitorCredential.new("wss://placeholder", tls.ca_cert)
+    sites = site_names(args.sites)
     config = NatsServerConfig(
         server_name="bench-watch", store_dir=root / "store", client_port=free_port(),
         http_port=free_port(), websocket_port=free_port(), tls=tls,
         authorization=render_authorization(
-            CONTROL_USER, password, {}, [MonitorKey("ada", cred0.public_key, (SITE,))]
+            CONTROL_USER, password, {}, [MonitorKey("ada", cred0.public_key, sites)]
         ),
     )  # fmt: skip
     server = NatsServer(config, root / "nats")
@@ -178,7 +198,10 @@ async def main_async(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         await ensure_streams(jetstream(nc), heartbeat_ttl_s=10)
         await nc.close()
         return {
-            "latency": await latency(settings, cred, args.rate, args.seconds),
+            "latency": [
+                await latency(settings, cred, rate, args.seconds, sites)
+                for rate in args.rate or [5, 1000]
+            ],
             "replay": await replay(settings, cred, args.replay),
         }
     finally:
@@ -189,7 +212,8 @@ def main() -> None:
     from bench.report import machine_facts  # noqa: PLC0415
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--rate", type=int, default=1000)
+    parser.add_argument("--rate", type=int, action="append", help="events/s (repeat); 5, 1000")
+    parser.add_argument("--sites", type=int, default=1, help="sites watched, events to each")
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--replay", type=int, default=100_000)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))

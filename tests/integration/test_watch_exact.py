@@ -185,12 +185,13 @@ async def test_leftover_consumers_are_reclaimed_and_live_ones_are_not(
     try:
         for w in live:
             await w.__aenter__()
+        reading = [asyncio.ensure_future(collect(w, 5)) for w in live]
         with pytest.raises(WatchError, match="held by watchers that are reading"):
             async with watch(credential, ["alpha"], since=1):
                 pass
         seqs = await append_jobs(secure_js, "alpha", 1)
-        for w in live:
-            assert [g.seq for g in await collect(w, len(seqs))] == seqs
+        for w, got in zip(live, await asyncio.gather(*reading), strict=True):
+            assert [g.seq for g in got] == seqs
             assert w.resumes == 0
     finally:
         for w in live:
