@@ -67,6 +67,13 @@ class Estimate:
     wait_s: float
     ahead_s: float  # slot-seconds of work queued before it
 
+    @classmethod
+    def at(cls, fit: int, run_s: float, ahead_s: float) -> Estimate:
+        """With ``fit`` slots for the job in the open pilots (0: no open pilot fits it)."""
+        if fit:
+            return cls(slots=fit, run_s=run_s, wait_s=0.0, ahead_s=ahead_s)
+        return cls(slots=1, run_s=run_s, wait_s=NO_PILOT_WAIT_S, ahead_s=ahead_s)
+
     @property
     def throughput_per_s(self) -> float:
         return self.slots / self.run_s
@@ -153,7 +160,18 @@ class RunTimes:
 
     def queued_s(self, capacity: SiteCapacity) -> float:
         """Slot-seconds of the work waiting for or holding a slot at the site."""
-        return sum(n * self.of(capacity, app) for app, n in sorted(capacity.queued.items()))
+        return self.work_s(capacity, capacity.queued)
+
+    def work_s(self, capacity: SiteCapacity, jobs: Mapping[str, int]) -> float:
+        """Slot-seconds of ``jobs`` (app -> count) at the site."""
+        return sum(n * self.of(capacity, app) for app, n in jobs.items())
+
+
+def shape_of(resources: JobResources) -> tuple[int, ...]:
+    """What :func:`slots` reads of ``resources``: jobs of one shape fit alike."""
+    r = resources
+    return (r.num_nodes, r.ranks_per_node, r.threads_per_rank, r.threads_per_core,
+            r.gpus_per_rank, r.node_packing_count)  # fmt: skip
 
 
 def estimate(
@@ -161,6 +179,4 @@ def estimate(
 ) -> Estimate:
     """When one more job of ``app`` shaped as ``resources`` would finish at the site, with
     ``ahead_s`` slot-seconds of work before it."""
-    fit = slots(capacity.pilots, resources)
-    wait = 0.0 if fit else NO_PILOT_WAIT_S
-    return Estimate(slots=fit or 1, run_s=runs.of(capacity, app), wait_s=wait, ahead_s=ahead_s)
+    return Estimate.at(slots(capacity.pilots, resources), runs.of(capacity, app), ahead_s)

@@ -25,7 +25,7 @@ from typing import Final
 from lodestream.schemas.placement import SiteChoice, SiteFigures
 from lodestream.schemas.resources import JobResources
 from lodestream.schemas.strategies import Strategy
-from lodestream.services.api.capacity import RunTimes, SiteCapacity, estimate
+from lodestream.services.api.capacity import Estimate, RunTimes, SiteCapacity, shape_of, slots
 
 _ONE_SLOT: Final = JobResources()
 
@@ -39,12 +39,8 @@ class SiteLoad:
     capacity: SiteCapacity = field(default_factory=SiteCapacity)
 
 
-def site_figures(
-    load: SiteLoad, app: str, resources: JobResources, ahead_s: float, runs: RunTimes
-) -> SiteFigures:
-    """What a site with ``load`` looks like to one more job of ``app`` shaped as
-    ``resources``, with ``ahead_s`` slot-seconds of work before it there."""
-    eta = estimate(load.capacity, app, resources, ahead_s, runs)
+def site_figures(load: SiteLoad, app: str, eta: Estimate) -> SiteFigures:
+    """What a site with ``load`` looks like to one more job of ``app`` finishing as ``eta``."""
     return SiteFigures(
         backlog=load.backlog,
         throughput_per_s=eta.throughput_per_s,
@@ -84,6 +80,7 @@ class Placer:
         self._runs = runs or RunTimes()
         # site -> slot-seconds of work before the next job there; grows as jobs are placed
         self._ahead_s = {site: self._runs.queued_s(load.capacity) for site, load in loads.items()}
+        self._slots: dict[tuple[str, tuple[int, ...]], int] = {}  # (site, job shape) -> slots
 
     def sites_for(self, app: str, locations: frozenset[str] = frozenset()) -> list[str]:
         """The candidate sites for a job of ``app`` staging through ``locations``: those that
@@ -97,7 +94,13 @@ class Placer:
 
     def figures(self, site: str, app: str, resources: JobResources = _ONE_SLOT) -> SiteFigures:
         """What ``site`` looks like to the next job of ``app`` shaped as ``resources``."""
-        return site_figures(self._loads[site], app, resources, self._ahead_s[site], self._runs)
+        load = self._loads[site]
+        key = (site, shape_of(resources))
+        fit = self._slots.get(key)
+        if fit is None:
+            fit = self._slots[key] = slots(load.capacity.pilots, resources)
+        run_s = self._runs.of(load.capacity, app)
+        return site_figures(load, app, Estimate.at(fit, run_s, self._ahead_s[site]))
 
     def place(
         self,

@@ -26,14 +26,21 @@ import heapq
 import math
 import statistics
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lodestream.client.analytics.simulate.calibrate import Calibration
 from lodestream.client.analytics.simulate.errors import BadScenario
 from lodestream.client.analytics.simulate.model import JobTrace, Scenario, amdahl_s
 from lodestream.client.analytics.simulate.storage import SharedStorage
 from lodestream.schemas.resources import JobResources
-from lodestream.services.api.capacity import RUN_SAMPLE, Node, RunTimes, SiteCapacity
+from lodestream.services.api.capacity import (
+    RUN_SAMPLE,
+    Estimate,
+    Node,
+    RunTimes,
+    SiteCapacity,
+    slots,
+)
 from lodestream.services.api.placement import SiteLoad, choose, site_figures
 
 _ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE = range(5)
@@ -105,18 +112,37 @@ class _Site:
     load: SiteLoad = field(default_factory=lambda: SiteLoad(0, {}))
     queued: dict[str, int] = field(default_factory=dict)  # app -> routed here, not done
     runs: dict[str, deque[float]] = field(default_factory=dict)  # app -> its last run times
+    fit: dict[int, int] = field(default_factory=dict)  # job width -> slots of the open pilots
+    medians: dict[str, float] = field(default_factory=dict)  # app -> median of runs
 
-    def capacity(self) -> SiteCapacity:
-        """As the API would read it (a slot of the simulation is one core of a node)."""
-        pilots = tuple(tuple(Node(cores=size) for size in pilot.size) for pilot in self.pilots)
-        runs = {app: statistics.median(r) for app, r in self.runs.items()}
-        every = [run for r in self.runs.values() for run in r]
-        return SiteCapacity(
-            pilots=pilots,
-            run_s=runs,
-            any_run_s=statistics.median(every) if every else None,
-            queued=dict(self.queued),
-        )
+    def __post_init__(self) -> None:
+        self.load.capacity = SiteCapacity(run_s=self.medians)
+
+    def opened(self, pilot: _Pilot) -> None:
+        self.pilots.append(pilot)
+        self.fit.clear()
+        # As the API reads it: a slot of the simulation is one core of a node.
+        nodes = tuple(Node(cores=size) for size in pilot.size)
+        self.load.capacity = replace(self.load.capacity, pilots=(*self.load.capacity.pilots, nodes))
+
+    def ran(self, app: str, run_s: float) -> None:
+        """A run of ``app`` ended here after ``run_s``: the medians move."""
+        runs = self.runs.setdefault(app, deque(maxlen=RUN_SAMPLE))
+        runs.append(run_s)
+        self.medians[app] = statistics.median(runs)  # the capacity's run_s: no copy each run
+        every = [r for rs in self.runs.values() for r in rs]
+        self.load.capacity = replace(self.load.capacity, any_run_s=statistics.median(every))
+
+    def slots_for(self, width: int) -> int:
+        fit = self.fit.get(width)
+        if fit is None:
+            fit = self.fit[width] = slots(self.load.capacity.pilots, _shape(width))
+        return fit
+
+
+def _shape(width: int) -> JobResources:
+    """A job of ``width`` nodes taking one slot (one core) of each."""
+    return JobResources(num_nodes=width, node_packing_count=4096)
 
 
 def simulate(cal: Calibration, scenario: Scenario) -> Prediction:
@@ -137,6 +163,7 @@ class _Run:
         self.site_of: list[str] = [job.site for job in cal.jobs]
         self.runnable_at = [0.0] * len(cal.jobs)
         self.started_at = [0.0] * len(cal.jobs)
+        self.run_times = RunTimes()  # each app's median across the sites
         self.waited = 0.0
         self.end = 0.0
         self.opening: list[tuple[str, _Pilot]] = []
@@ -201,7 +228,7 @@ class _Run:
                 storage.add(now, i, self.jobs[i].io_bytes)
             elif kind == _OPEN:
                 name, pilot = self.opening[i]
-                self.sites[name].pilots.append(pilot)
+                self.sites[name].opened(pilot)
                 self._dispatch(self.sites[name], now)
             else:
                 self._route(i, now)
@@ -213,20 +240,15 @@ class _Run:
 
     def _route(self, i: int, now: float) -> None:
         job = self.jobs[i]
-        # A slot is one core: a job of one node takes one, a job of n nodes n whole nodes.
-        shape = JobResources(num_nodes=self.nodes[i], node_packing_count=4096)
-        pooled: dict[str, list[float]] = {}
-        for site in self.sites.values():
-            for app, r in site.runs.items():
-                pooled.setdefault(app, []).extend(r)
-        runs = RunTimes({app: statistics.median(r) for app, r in pooled.items()})
         figures = {}
         for name, site in self.sites.items():
             if self.nodes[i] > site.widest:
                 continue
-            site.load.capacity = site.capacity()
-            ahead_s = runs.queued_s(site.load.capacity)
-            figures[name] = site_figures(site.load, job.app, shape, ahead_s, runs)
+            capacity = site.load.capacity
+            run_s = self.run_times.of(capacity, job.app)
+            ahead_s = self.run_times.work_s(capacity, site.queued)
+            eta = Estimate.at(site.slots_for(self.nodes[i]), run_s, ahead_s)
+            figures[name] = site_figures(site.load, job.app, eta)
         assert self.scenario.strategy is not None
         chosen = choose(self.scenario.strategy, figures).chosen
         routed = self.sites[chosen]
@@ -285,8 +307,9 @@ class _Run:
             app = self.jobs[i].app
             site.load.backlog -= 1
             site.queued[app] -= 1
-            runs = site.runs.setdefault(app, deque(maxlen=RUN_SAMPLE))
-            runs.append(now - self.started_at[i])
+            site.ran(app, now - self.started_at[i])
+            pooled = [r for other in self.sites.values() for r in other.runs.get(app, ())]
+            self.run_times = RunTimes({**self.run_times.elsewhere, app: statistics.median(pooled)})
         self._dispatch(site, now)
 
 
