@@ -5,6 +5,8 @@
     every poll_interval_s: backend.poll(task) → xfer.succeeded (bytes, duration)
                                               | another attempt (transient, within the budget)
                                               | xfer.failed (permanent, or the budget spent)
+                           for each item as soon as the backend says it settled, task running
+                           or not
 
 The controller requests the items and ends the job's step when its last item settles
 (:mod:`lodestream.services.controller.staging`); this module only moves data and reports.
@@ -40,7 +42,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -52,6 +54,7 @@ from lodestream.agents.site.transfers import plan
 from lodestream.agents.site.transfers.history import ItemView, read_item
 from lodestream.agents.site.transfers.locations import BackendBuilder, Backends
 from lodestream.agents.site.transfers.stage_cache import StageCache, cache_key
+from lodestream.agents.site.transfers.tracking import Held, InFlight, TransferStats
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.pull import (
     PullLoop,
@@ -90,40 +93,6 @@ from lodestream.schemas.trust import check_own_site, event_from_message
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S: Final = 30.0  # in_progress on held deliveries (the feed's ack wait is 120 s)
-
-
-@dataclass(slots=True)
-class Held:
-    """An item between its request and its end: its view and the delivery held for it."""
-
-    view: ItemView
-    msg: Any
-    pending: plan.PendingItem | None = None  # waiting for a task
-    task_id: str | None = None
-    submit_errors: int = 0
-    submitted_mono: float = 0.0
-
-
-@dataclass(slots=True)
-class InFlight:
-    task_id: str
-    location: str
-    items: list[uuid.UUID]
-    submitted_mono: float = 0.0
-
-
-@dataclass(slots=True)
-class TransferStats:
-    submitted: int = 0  # items submitted (every attempt)
-    succeeded: int = 0
-    failed: int = 0
-    retried: int = 0  # attempts after a transient fault
-    backend_errors: int = 0  # submit or poll calls that failed
-    skipped: int = 0  # deliveries the shared rule refused
-    resumed: int = 0  # items found already submitted (a redelivery)
-    cache_hits: int = 0  # items served from the site's stage cache
-    cache_waits: int = 0  # items that waited for the same source already being fetched
-    tasks: dict[str, int] = field(default_factory=dict)  # tasks submitted per location
 
 
 class TransferModule:
@@ -401,6 +370,7 @@ class TransferModule:
             log.warning("transfers: polling task %s failed: %s", task.task_id, exc)
             return
         if not status.final:
+            await self._settle_early(task, status)
             return
         del self.inflight[task.task_id]
         for missing in plan.missing_items(task.items, status.items):
@@ -410,6 +380,18 @@ class TransferModule:
             held = self.held.get(item_id)
             if held is not None:
                 await self._settle_item(held, status)
+
+    async def _settle_early(self, task: InFlight, status: TaskStatus) -> None:
+        """Report the items a running task has already settled: a job waits for its own
+        items, not for the last item of every task they share. The task keeps its slot until
+        it ends."""
+        for item_id in [item for item in task.items if str(item) in status.items]:
+            held = self.held.get(item_id)
+            if held is not None:
+                await self._settle_item(held, status)
+            held = self.held.get(item_id)
+            if held is None or held.task_id != task.task_id:  # else not appended: next poll
+                task.items.remove(item_id)
 
     async def _settle_item(self, held: Held, status: TaskStatus) -> None:
         result = status.items.get(str(held.view.id))
