@@ -19,7 +19,6 @@ from lodestream.services.api.deps import ApiContext
 from lodestream.services.api.feedframes import FrameCache
 from lodestream.services.api.feedhub import FeedHubs
 from lodestream.services.api.feedslots import StreamSlots
-from lodestream.services.api.feedslots import StreamSlots
 from lodestream.services.api.routes import (
     actions,
     apps,
@@ -29,6 +28,7 @@ from lodestream.services.api.routes import (
     jobs,
     me,
     monitoring,
+    results,
     sites,
     stream,
     transfers,
@@ -74,9 +74,9 @@ def create_app(settings: Settings) -> FastAPI:
     errors.install(app)
     app.state.feed_hubs = FeedHubs(FrameCache())  # the push feed's, shared by its clients
     app.state.feed_slots = StreamSlots()  # the push feed's streams open per user
-    app.state.feed_slots = StreamSlots()  # the push feed's streams open per user
     routers = (
-        jobs, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, me, health
+        jobs, results, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, me,
+        health,
     )  # fmt: skip
     for module in routers:
         app.include_router(module.router)

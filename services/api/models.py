@@ -466,3 +466,48 @@ class MonitoringKeyOut(Wire):
     credential_error: str | None = Field(
         None, description="why the credential sync left this key out of NATS; null if applied"
     )
+
+
+# --- results ---------------------------------------------------------------------------------
+
+MAX_RESULT_IDS: Final = 5000
+
+
+class RemoteErrorOut(BaseModel):
+    type: str
+    message: str
+    traceback: str
+
+
+class JobResultOut(BaseModel):
+    """What a job's run came to (``schemas.results``): its state, and once final, how."""
+
+    job_id: uuid.UUID
+    site: str
+    app: str
+    workdir: str
+    state: str
+    final: bool
+    result: Any = Field(None, description="a Python-function app's return value")
+    return_code: int | None
+    stderr_tail: str
+    cause: list[str]
+    reason: str
+    attempt: int
+    runs: int = Field(description="how many runs the job reported, over all attempts")
+    error: RemoteErrorOut | None = Field(
+        None, description="the exception a Python-function app raised, from its traceback"
+    )
+
+
+class ResultsRequest(Wire):
+    ids: list[uuid.UUID] = Field(max_length=MAX_RESULT_IDS)
+
+
+class ResultsPage(BaseModel):
+    position: int = Field(
+        description="the log position the results were read at: a feed that starts after it "
+        "misses none of these jobs' later events"
+    )
+    results: list[JobResultOut]
+    missing: list[uuid.UUID] = Field(description="ids that are not jobs of yours")

@@ -29,6 +29,7 @@ from lodestream.infra.postgres.tables import (
     sites,
     transfer_items,
 )
+from lodestream.schemas.results import RESULT_EVENTS
 from lodestream.services.api.capacity import RunTimes
 from lodestream.services.api.jobids import id_conditions
 from lodestream.services.api.loads import site_loads
@@ -242,6 +243,28 @@ async def events_of_job(conn: AsyncConnection, job_id: uuid.UUID) -> Sequence[Ro
         select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.seq)
     )
     return result.mappings().all()
+
+
+async def result_rows(
+    conn: AsyncConnection, owner: str, job_ids: Sequence[uuid.UUID]
+) -> tuple[Sequence[RowMapping], Sequence[RowMapping]]:
+    """The owner's jobs among ``job_ids`` (id, state, site, app, workdir) and their events
+    that a result is folded from (``schemas.results.RESULT_EVENTS``), in log order."""
+    found = await conn.execute(
+        select(jobs.c.id, jobs.c.state, jobs.c.site, jobs.c.app, jobs.c.workdir).where(
+            jobs.c.id.in_(job_ids), jobs.c.owner == owner
+        )
+    )
+    rows = found.mappings().all()
+    events = await conn.execute(
+        select(job_events.c.job_id, job_events.c.type, job_events.c.data, job_events.c.to_state)
+        .where(
+            job_events.c.job_id.in_([r["id"] for r in rows]),
+            job_events.c.type.in_(sorted(RESULT_EVENTS)),
+        )
+        .order_by(job_events.c.seq)
+    )
+    return rows, events.mappings().all()
 
 
 async def events_after(
