@@ -13,7 +13,7 @@ with ``--strategy``, and the bench reports:
 * the best static split and its makespan, computed: a site with ``s`` slots that runs a job
   in ``t`` seconds finishes its ``n`` jobs at ``ceil(n / s) * t``; the split minimising the
   largest of these, with ``t`` the median run time each site showed in the warm-up (and with
-  the nominal sleep times, for reference). Target: makespan ≤ 1.3 × the best static one.
+  the nominal sleep times, for reference). Target: makespan ≤ 1.3 x the best static one.
 """
 
 from __future__ import annotations
@@ -131,7 +131,8 @@ class RoutingBench:
     def _wait_for_app(self, site: str) -> None:
         with self.http() as http:
             for _ in range(600):
-                if any(a["name"] == "work" for a in http.get("/apps", params={"site": site}).json()):
+                apps = http.get("/apps", params={"site": site}).json()
+                if any(a["name"] == "work" for a in apps):
                     return
                 time.sleep(0.1)
         raise RuntimeError(f"the agent of {site} did not register its app")
