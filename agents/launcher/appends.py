@@ -14,48 +14,19 @@ import time
 from collections.abc import Callable
 from typing import Final, Literal
 
-import nats.errors
-from nats.js.errors import APIError, ServiceUnavailableError
-
 from lodestream.agents.site.retry import Backoff, retry_until
 from lodestream.eventlog import AppendError, ConflictError, EventLog
 from lodestream.eventlog.outbox import Outbox
+from lodestream.eventlog.transient import transient
 from lodestream.schemas.envelope import Event
 
 log = logging.getLogger(__name__)
 
 RETRY = Backoff(first_s=0.25, cap_s=5.0)
-# A clustered stream answers a retry whose first try is still being replicated with
-# "duplicate message id is in process" (409): the first try may yet land, so this is no
-# refusal. Taken for one, a lease that did land was dropped, and its job stayed RUNNING
-# under a live session that would never run it (found with a partitioned node).
-DUPLICATE_IN_PROCESS = 10158
-# The same for a compare-and-set: a clustered stream answers "wrong last sequence" without a
-# sequence (10164) while an earlier append to the aggregate, maybe this one's first try, is
-# still being replicated; it checks nothing then. The next try is checked for real: it lands,
-# or is recognised as landed, or conflicts with the sequence (found with a partitioned node).
-SUBJECT_IN_PROCESS = 10164
 # At a leaf-node site: how long the hub may stay silent on a result before the pilot keeps
 # it at the site instead (a few tries; the leaf answers at once, the hub over the WAN).
 KEEP_AFTER_S: Final = 2.0
 KEPT: Final = "kept"
-
-
-_IN_PROCESS: Final = frozenset({DUPLICATE_IN_PROCESS, SUBJECT_IN_PROCESS})
-
-
-def transient(exc: Exception) -> bool:
-    """Whether the same append may succeed later: NATS did not answer, JetStream was
-    briefly unavailable, or an earlier try of it is still in flight. A refusal (a conflict,
-    a bad subject, no stream) stays a refusal."""
-    if isinstance(exc, ConflictError):
-        return False
-    if isinstance(exc, AppendError):
-        cause = exc.__cause__
-        if not isinstance(cause, APIError):
-            return True
-        return isinstance(cause, ServiceUnavailableError) or cause.err_code in _IN_PROCESS
-    return isinstance(exc, nats.errors.Error | OSError | TimeoutError)
 
 
 async def append_patiently(

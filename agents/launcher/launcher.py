@@ -48,7 +48,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.agents.launcher import decide
-from lodestream.agents.launcher.appends import KEPT, append_or_keep, append_patiently, transient
+from lodestream.agents.launcher.appends import KEPT, append_or_keep, append_patiently
 from lodestream.agents.launcher.decide import (
     AfterStart,
     Offer,
@@ -80,6 +80,7 @@ from lodestream.agents.site.settings import JobMode
 from lodestream.eventlog import ConflictError, EventLog, EventLogError
 from lodestream.eventlog.outbox import Outbox
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.eventlog.transient import transient
 from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError
 from lodestream.platform_adapters.launchers.base import AppLauncher, RunningTask, TaskSpec

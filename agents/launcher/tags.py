@@ -4,7 +4,7 @@ A pilot with a filter runs only jobs whose tags include every one of its pairs; 
 hands back for another pilot to take (:func:`lodestream.agents.launcher.decide.outside_filter`).
 A pilot without one takes every job, as before. A batch job's ``filter_tags``
 (``lode queue submit --tag``) reach its pilot as these options, through the site's job
-template (``{{ tag_options }}``).
+template (``{{ tag_options }}``, :mod:`lodestream.schemas.tagfilter`).
 
 A pair must be one a job could carry: its key and value are checked against the rules of job
 tags (:data:`~lodestream.schemas.resources.TagKey`, ``TagValue``), so a typo is refused before
@@ -20,8 +20,8 @@ from pydantic import TypeAdapter, ValidationError
 
 from lodestream.agents.launcher.errors import TagFilterError
 from lodestream.schemas.resources import TAG_KEY_PATTERN, TAG_VALUE_MAX_LENGTH, TagKey, TagValue
+from lodestream.schemas.tagfilter import TAG_OPTION
 
-TAG_OPTION: Final = "--tag"
 _KEY: Final[TypeAdapter[str]] = TypeAdapter(TagKey)
 _VALUE: Final[TypeAdapter[str]] = TypeAdapter(TagValue)
 
@@ -58,11 +58,6 @@ def parse_tag_filter(pairs: Iterable[str]) -> dict[str, str]:
             )
         wanted[key] = value
     return wanted
-
-
-def tag_options(filter_tags: Mapping[str, str]) -> list[str]:
-    """The launcher's command-line words for ``filter_tags``: ``--tag key=value`` each."""
-    return [word for key, value in filter_tags.items() for word in (TAG_OPTION, f"{key}={value}")]
 
 
 def describe(filter_tags: Mapping[str, str]) -> str:

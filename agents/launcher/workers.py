@@ -31,11 +31,11 @@ from types import FrameType
 from typing import Final
 
 from lodestream.agents.launcher.plan import PilotPlan
-from lodestream.agents.launcher.tags import tag_options
 from lodestream.platform_adapters.compute.base import NodePlacement
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
 from lodestream.platform_adapters.packing import Allocation
+from lodestream.schemas.tagfilter import tag_options
 
 WORKER_MODULE: Final = "lodestream.agents.launcher.mpi_worker"
 # Options of the launchers that keep the other ranks alive when one fails.

@@ -29,7 +29,6 @@ from typing import Any
 import nats.errors
 from nats.js import JetStreamContext
 
-from lodestream.agents.launcher.appends import transient
 from lodestream.agents.site.retry import Backoff, stopped_within
 from lodestream.eventlog import ConflictError, EventLog
 from lodestream.eventlog.outbox import (
@@ -39,6 +38,7 @@ from lodestream.eventlog.outbox import (
     event_subject,
     expected,
 )
+from lodestream.eventlog.transient import transient
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.trust import check_own_site, event_from_message
 

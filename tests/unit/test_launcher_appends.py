@@ -7,9 +7,10 @@ import math
 import pytest
 from nats.js.errors import APIError, ServiceUnavailableError
 
-from lodestream.agents.launcher.appends import append_patiently, transient
+from lodestream.agents.launcher.appends import append_patiently
 from lodestream.eventlog import AppendError, ConflictError
 from lodestream.eventlog.append import Appended
+from lodestream.eventlog.transient import transient
 from lodestream.schemas.envelope import Event
 from tests.support.builders import job_created
 

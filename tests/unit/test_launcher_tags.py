@@ -7,8 +7,9 @@ import shlex
 import pytest
 
 from lodestream.agents.launcher.errors import TagFilterError
-from lodestream.agents.launcher.tags import describe, parse_tag_filter, tag_options
+from lodestream.agents.launcher.tags import describe, parse_tag_filter
 from lodestream.schemas.resources import JobSpec
+from lodestream.schemas.tagfilter import tag_options
 
 
 def test_pairs_become_the_filter() -> None:

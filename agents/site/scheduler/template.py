@@ -23,8 +23,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
-from lodestream.agents.launcher.tags import tag_options
 from lodestream.schemas.events.batch import BatchRequestData
+from lodestream.schemas.tagfilter import tag_options
 
 DEFAULT_TEMPLATE: Final = Path(__file__).with_name("job-template.sh.tmpl")
 PLACEHOLDER: Final = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
