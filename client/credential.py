@@ -66,14 +66,6 @@ class MonitorCredential:
         return path
 
 
-def find_credential(state_dir: Path | None = None) -> Path | None:
-    """The first credential file of ``./.lode/monitor.json`` (``lode up``) and the user's."""
-    for path in ((state_dir or Path(".lode")) / "monitor.json", USER_MONITOR_FILE):
-        if path.exists():
-            return path
-    return None
-
-
 def ensure_credential(
     client: LodeClient,
     path: Path,

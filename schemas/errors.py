@@ -39,3 +39,9 @@ class IllegalTransition(SchemaError):
 
 class Untrusted(SchemaError):
     """A message that the rule refuses; the message says why. Quarantine or skip it."""
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message, for a log line or a recorded reason; the
+    error's class name when its message is empty."""
+    return (str(exc).splitlines() or [type(exc).__name__])[0]

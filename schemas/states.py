@@ -160,11 +160,3 @@ RUN_CARRIERS: Final = frozenset({"job.finished"})
 """Events that may stand for ``job.run_done`` (with the run's result in ``data.run``)."""
 FINISHED_AT_RUN_END: Final = ("job.run_done", "job.postprocessed", "job.staged_out")
 """What a lease holder's ``job.finished`` stands for when nothing follows the run."""
-
-
-def is_runnable(state: JobState | None) -> bool:
-    return state in RUNNABLE
-
-
-def is_final(state: JobState | None) -> bool:
-    return state in FINAL

@@ -39,7 +39,7 @@ from pydantic import BaseModel, ValidationError
 
 from lodestream.schemas.codec import EVENT_CLASSES, decode_as
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.errors import DecodeError, Untrusted
+from lodestream.schemas.errors import DecodeError, Untrusted, first_line
 from lodestream.schemas.events.job import CreatedData
 from lodestream.schemas.events.session import Heartbeat
 from lodestream.schemas.events.site import SiteRegistered
@@ -243,7 +243,7 @@ def heartbeat_message(
     try:
         heartbeat = Heartbeat.model_validate(orjson.loads(data))
     except (orjson.JSONDecodeError, ValidationError) as exc:
-        raise Untrusted(f"invalid heartbeat: {_first_line(exc)}") from exc
+        raise Untrusted(f"invalid heartbeat: {first_line(exc)}") from exc
     if heartbeat.site != site or heartbeat.session_id != session_id:
         raise Untrusted("heartbeat body does not match its subject")
     return HeartbeatBeat(site, session_id, heartbeat)
@@ -257,10 +257,6 @@ def parse_heartbeat_subject(subject: str) -> tuple[str, uuid.UUID]:
         return check_site(parts[1]), uuid.UUID(parts[2])
     except ValueError as exc:  # SubjectError and a malformed UUID alike
         raise Untrusted(f"not a heartbeat subject: {subject!r}") from exc
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
 
 
 def event_types() -> frozenset[str]:

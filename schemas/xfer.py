@@ -27,7 +27,7 @@ from __future__ import annotations
 import posixpath
 import re
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final, Literal
 
@@ -80,11 +80,6 @@ def local_path(workdir: str, slot_path: str) -> str:
     if slot_path.startswith("/") or ".." in parts or not slot_path.strip("/"):
         raise ValueError(f"transfer slot path {slot_path!r} must be relative, without '..'")
     return posixpath.normpath(posixpath.join(workdir, slot_path))
-
-
-def all_succeeded(states: Iterable[TransferState]) -> bool:
-    listed = list(states)
-    return bool(listed) and all(s == X.SUCCEEDED for s in listed)
 
 
 def remote_path_problem(path: str) -> str | None:

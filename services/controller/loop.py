@@ -29,7 +29,7 @@ from lodestream.eventlog import Appended, ConflictError, EventLog, EventLogError
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
 from lodestream.eventlog.pull import CONNECTION_ERRORS, BatchHandler, PullLoop, pull_consumer
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.errors import IllegalTransition, Untrusted
+from lodestream.schemas.errors import IllegalTransition, Untrusted, first_line
 from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
@@ -73,10 +73,6 @@ TRANSIENT = (
     TimeoutError,
     OSError,
 )
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 FINAL_EVENTS = frozenset({"job.finished", "job.failed", "job.killed"})
@@ -179,7 +175,7 @@ class Controller:
                 break
             except TRANSIENT as exc:
                 # Postgres or NATS not there yet (or restarting): wait, do not crash-loop.
-                log.warning("controller: cannot start yet (%s); retrying", _first_line(exc))
+                log.warning("controller: cannot start yet (%s); retrying", first_line(exc))
                 await self._reads.close()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(stop.wait(), delay)
@@ -237,7 +233,7 @@ class Controller:
             # ack_wait and deciding again yields the same events: nothing is lost
             # and nothing is appended twice.
             self.retried += 1
-            log.warning("controller %s: %s; will retry", stream, _first_line(exc))
+            log.warning("controller %s: %s; will retry", stream, first_line(exc))
             await self._reads.close()
             await asyncio.sleep(0.5)
 

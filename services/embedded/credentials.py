@@ -127,9 +127,6 @@ class CredentialSync:
     def invalid(self) -> dict[str, str]:
         return dict(self.counters.invalid)
 
-    def site_keys(self) -> dict[str, str]:
-        return {b.holder: b.public_key for b in self.bindings()[0] if b.kind == "site"}
-
     def bindings(self) -> tuple[list[Binding], dict[str, Holder]]:
         """The live sites' and the monitoring keys' bindings, and who each key is bound to."""
         with psycopg.connect(self._dsn, connect_timeout=2) as conn:

@@ -38,6 +38,7 @@ from psycopg import AsyncConnection
 
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.pull import CONNECTION_ERRORS, PullLoop
+from lodestream.schemas.errors import first_line
 from lodestream.services.projector.ahead import (
     Fold,
     InFlight,
@@ -73,10 +74,6 @@ LINGER_ERRORS: tuple[type[Exception], ...] = (*READ_ERRORS, TimeoutError)
 # Jobs whose progress the live projector keeps between batches (see cache.py): a few
 # hundred bytes each, enough for the jobs of the last minutes at the target rate.
 CACHED_JOBS = 50_000
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).splitlines() or [type(exc).__name__])[0]
 
 
 class Gap(Exception):
@@ -266,7 +263,7 @@ class Projector:
                     self._store.adapt(self._loads)
                 await self._store.load_into(self._loads, known, *missing)
             except psycopg.Error as exc:
-                log.info("projector %s: not folding ahead (%s)", self._stream, _first_line(exc))
+                log.info("projector %s: not folding ahead (%s)", self._stream, first_line(exc))
                 if self._loads is not None:
                     await self._loads.close()
                     self._loads = None
@@ -349,14 +346,14 @@ class Projector:
                     # Some message holds what Postgres refuses: find it, quarantine it, apply
                     # the rest. Retrying the batch as it is would fail for ever.
                     log.warning("projector %s: batch refused (%s); applying one by one",
-                                self._stream, _first_line(exc))  # fmt: skip
+                                self._stream, first_line(exc))  # fmt: skip
                     singly, ahead = True, None
                     self._cache.clear()
                     continue
             except psycopg.ProgrammingError as exc:
                 # A missing grant or a broken schema: the operator's to fix, never the
                 # messages' fault, so nothing is quarantined for it.
-                log.warning("projector %s: %s; retrying", self._stream, _first_line(exc))
+                log.warning("projector %s: %s; retrying", self._stream, first_line(exc))
             else:
                 return True
             # The transaction failed: what was folded ahead is thrown away with the cache it
@@ -382,7 +379,7 @@ class Projector:
                 await self._apply_once([raw], [item])
                 kept.append(item)
             except UNSTORABLE as exc:
-                reason = f"unstorable: {_first_line(exc)}"
+                reason = f"unstorable: {first_line(exc)}"
                 refused = QuarantineRow(raw.stream, raw.seq, raw.subject, reason, raw.data)
                 self.unstorable += 1
                 await self._apply_once([raw], [refused])

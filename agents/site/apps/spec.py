@@ -104,7 +104,7 @@ def build_spec(cls: type) -> AppSpec:
     name = cls.__dict__.get("name", cls.__name__)
     if not isinstance(name, str) or not APP_NAME.match(name):
         raise fail(f"name {name!r} must match {APP_NAME.pattern}")
-    description = cls.__dict__.get("description", _first_line(cls.__doc__))
+    description = cls.__dict__.get("description", _summary(cls.__doc__))
     if not isinstance(description, str):
         raise fail("description must be a string")
     check_hooks(cls)
@@ -154,7 +154,7 @@ def build_spec(cls: type) -> AppSpec:
 Fail = Callable[[str], AppDefinitionError]
 
 
-def _first_line(doc: str | None) -> str:
+def _summary(doc: str | None) -> str:
     lines = inspect.cleandoc(doc).splitlines() if doc else []
     return lines[0].strip() if lines else ""
 
