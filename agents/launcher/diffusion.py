@@ -13,7 +13,7 @@ pilot offers, places, starts and ends a job.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +42,12 @@ class Diffusion:
         data_dir: Path,
         *,
         max_deliveries: int,
+        advertise: Callable[[], None] = lambda: None,
     ) -> None:
         self.cache = cache
+        # Beat now: a source newly cached is worth telling the peers before the next beat,
+        # or a job on it submitted in between runs elsewhere.
+        self._advertise = advertise
         self.peers = peers
         self._apps = apps
         self._data_dir = data_dir
@@ -59,6 +63,7 @@ class Diffusion:
         delay = decide.cache_deferral(
             here=self.cache.held(wanted), at_peer=self.peers.best(wanted),
             delivered=_delivered(item.msg), max_deliveries=self._max_deliveries,
+            defer_s=self.peers.advert_interval_s,
         )  # fmt: skip
         return delay, ([] if delay is not None else self.cache.holders(wanted))
 
@@ -68,6 +73,8 @@ class Diffusion:
         if node is None or not inputs:
             return None
         use = await asyncio.to_thread(node.provide, str(item.job_id), inputs)
+        if use.misses:
+            self._advertise()
         return use_data(use)
 
     async def release(self, item: WorkItem, allocation: Allocation) -> None:
@@ -118,6 +125,9 @@ def build(
     apps: Mapping[str, App],
     data_dir: Path,
     max_deliveries: int,
+    advertise: Callable[[], None] = lambda: None,
 ) -> Diffusion:
     cache = PilotCache(cache_root, nodes, capacity)
-    return Diffusion(cache, peers, apps, data_dir, max_deliveries=max_deliveries)
+    return Diffusion(
+        cache, peers, apps, data_dir, max_deliveries=max_deliveries, advertise=advertise
+    )

@@ -151,6 +151,7 @@ def _diffusion(
         peers=PeerCaches(settings.site, lambda: session.id, cfg.heartbeat_ttl_s),
         apps={name: to_app_model(cls, settings.site) for name, cls in apps.items()},
         data_dir=settings.data_dir, max_deliveries=cfg.cache_defer_deliveries,
+        advertise=session.wake,
     )  # fmt: skip
 
 

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from lodestream.agents.launcher import decide
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.trust import HeartbeatBeat, heartbeat_message
 
@@ -56,6 +57,11 @@ class PeerCaches:
     async def on_message(self, msg: Any) -> None:
         """The ``PEERS`` subscription's callback."""
         self.heard(msg.subject, msg.headers, msg.data or b"")
+
+    @property
+    def advert_interval_s(self) -> float:
+        """How often a peer says what it caches: a deferral shorter than this is wasted."""
+        return decide.beat_interval_s(self._ttl_s)
 
     def best(self, wanted: frozenset[str]) -> int:
         """How many of ``wanted`` the live peer holding most of them holds."""

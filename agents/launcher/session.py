@@ -36,6 +36,7 @@ from datetime import UTC, datetime, timedelta
 import orjson
 from nats.js import JetStreamContext
 
+from lodestream.agents.launcher.decide import beat_interval_s
 from lodestream.agents.launcher.errors import ExpiredBeforeOpened
 from lodestream.agents.launcher.reads import newest_event
 from lodestream.agents.launcher.work import NotWork
@@ -153,9 +154,7 @@ class LauncherSession:
     async def heartbeat_forever(
         self, stats: Callable[[], tuple[int, int, int]], stop: asyncio.Event
     ) -> None:
-        # A beat every quarter TTL: an outage of up to three quarters of the TTL (7.5 s of the
-        # default 10) passes without the server expiring the session.
-        interval = max(self.ttl_s / 4, 0.5)
+        interval = beat_interval_s(self.ttl_s)
         while not stop.is_set() and not self._lost:
             self._wake.clear()
             try:

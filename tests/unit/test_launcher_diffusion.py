@@ -8,24 +8,57 @@ from datetime import UTC, datetime
 
 import orjson
 
-from lodestream.agents.launcher.decide import CACHE_DEFER_S, cache_deferral
+from lodestream.agents.launcher.decide import beat_interval_s, cache_deferral
 from lodestream.agents.launcher.diffusion import caches_reachable
 from lodestream.agents.launcher.peers import PeerCaches
 from lodestream.schemas.events import Heartbeat
 
+CACHE_DEFER_S = beat_interval_s(10)  # the default TTL's beat: 2.5 s
+
 
 def test_a_job_waits_a_bounded_number_of_deliveries_for_the_pilot_with_its_data() -> None:
-    assert cache_deferral(here=0, at_peer=1, delivered=1, max_deliveries=2) == CACHE_DEFER_S
-    assert cache_deferral(here=0, at_peer=1, delivered=2, max_deliveries=2) == CACHE_DEFER_S
-    assert cache_deferral(here=0, at_peer=1, delivered=3, max_deliveries=2) is None  # taken
-    assert cache_deferral(here=0, at_peer=1, delivered=1, max_deliveries=0) is None  # off
+    assert (
+        cache_deferral(here=0, at_peer=1, delivered=1, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        == CACHE_DEFER_S
+    )
+    assert (
+        cache_deferral(here=0, at_peer=1, delivered=2, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        == CACHE_DEFER_S
+    )
+    assert (
+        cache_deferral(here=0, at_peer=1, delivered=3, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        is None
+    )  # taken
+    assert (
+        cache_deferral(here=0, at_peer=1, delivered=1, max_deliveries=0, defer_s=CACHE_DEFER_S)
+        is None
+    )  # off
+
+
+def test_a_deferral_lasts_a_peer_advertisement_interval() -> None:
+    # Handed back for less, the delivery returns before the peer's next beat (issue 31.13).
+    assert CACHE_DEFER_S == 2.5
+    assert beat_interval_s(1) == 0.5
+    assert PeerCaches("s1", uuid.uuid4, 10).advert_interval_s == CACHE_DEFER_S
 
 
 def test_no_deferral_when_no_peer_holds_more_than_this_pilot() -> None:
-    assert cache_deferral(here=0, at_peer=0, delivered=1, max_deliveries=2) is None
-    assert cache_deferral(here=1, at_peer=1, delivered=1, max_deliveries=2) is None
-    assert cache_deferral(here=2, at_peer=1, delivered=1, max_deliveries=2) is None
-    assert cache_deferral(here=1, at_peer=2, delivered=1, max_deliveries=2) == CACHE_DEFER_S
+    assert (
+        cache_deferral(here=0, at_peer=0, delivered=1, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        is None
+    )
+    assert (
+        cache_deferral(here=1, at_peer=1, delivered=1, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        is None
+    )
+    assert (
+        cache_deferral(here=2, at_peer=1, delivered=1, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        is None
+    )
+    assert (
+        cache_deferral(here=1, at_peer=2, delivered=1, max_deliveries=2, defer_s=CACHE_DEFER_S)
+        == CACHE_DEFER_S
+    )
 
 
 class Clock:
