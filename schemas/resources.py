@@ -19,9 +19,17 @@ import uuid
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any, Final, NamedTuple
+from typing import Annotated, Any, Final, Literal, NamedTuple
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StringConstraints, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from lodestream.schemas.subjects import SiteSlug
 
@@ -83,6 +91,9 @@ class Frozen(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+Overwrite = Literal["never", "always", "if-newer"]
+
+
 class TransferSpec(Frozen):
     """A concrete file or directory to stage through one of the app's transfer slots."""
 
@@ -91,6 +102,17 @@ class TransferSpec(Frozen):
     ]
     path: Annotated[str, StringConstraints(min_length=1, max_length=4096, pattern=NUL_FREE_PATTERN)]
     recursive: bool = False
+    # What to do with a destination that exists (docs/transfers.md, "Overwrite"); None: the
+    # app's slot decides.
+    overwrite: Overwrite | None = None
+    # The file's expected SHA-256: the item fails, naming both digests, when it differs.
+    sha256: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")] | None = None
+
+    @model_validator(mode="after")
+    def _digest_of_a_file(self) -> TransferSpec:
+        if self.sha256 is not None and self.recursive:
+            raise ValueError("sha256 names one file's digest; a recursive item has none")
+        return self
 
 
 class JobResources(Frozen):
@@ -206,6 +228,10 @@ class AppTransferSlot(Frozen):
     # An input pilots may keep in their nodes' caches and offer to later jobs that name the
     # same source (docs/platforms.md, "Node-local caches and data-aware dispatch").
     cache: bool = False
+    # docs/transfers.md, "Overwrite" and "Integrity": a job's TransferSpec may override
+    # ``overwrite``; ``verify`` checks every file moved through the slot.
+    overwrite: Overwrite = "never"
+    verify: bool = False
 
 
 AppHook = Annotated[

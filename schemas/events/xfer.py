@@ -14,7 +14,13 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import Field, StringConstraints
 
 from lodestream.schemas.envelope import EXACT_VERSION, Event, EventData
-from lodestream.schemas.resources import INT64_MAX, PRINTABLE_PATTERN, SlotName, TransferSpec
+from lodestream.schemas.resources import (
+    INT64_MAX,
+    PRINTABLE_PATTERN,
+    Overwrite,
+    SlotName,
+    TransferSpec,
+)
 
 
 class TransferRequestedData(EventData):
@@ -28,6 +34,10 @@ class TransferRequestedData(EventData):
     step_id: uuid.UUID | None = None
     # The app marks the slot's input cacheable: the site may serve it from its stage cache.
     cache: bool = False
+    # The job's ``remote.overwrite``, else the slot's; and whether the slot verifies what it
+    # moves (an expected ``remote.sha256`` is checked either way). docs/transfers.md.
+    overwrite: Overwrite = "never"
+    verify: bool = False
 
 
 class TransferSubmittedData(EventData):
