@@ -57,6 +57,26 @@ async def history(dsn: str, job_id: uuid.UUID) -> list[str]:
         return [r[0] for r in await cursor.fetchall()]
 
 
+async def until_looked(js: JetStreamContext, stream: str, durable: str, seq: int) -> None:
+    """Until the controller has decided on and acked ``seq`` of ``stream``: it acks a message
+    only after appending what it decided, so anything it would append is on the log now."""
+    async with asyncio.timeout(20):
+        while (await js.consumer_info(stream, durable)).ack_floor.stream_seq < seq:
+            await asyncio.sleep(0.05)
+
+
+async def until_idle(js: JetStreamContext, durable: str = "controller") -> None:
+    """Until the controller has acked everything on both its streams and waits for more: a
+    restarted one has then looked at all it was going to be handed."""
+    async with asyncio.timeout(20):
+        for stream, name in ((EVENTS_STREAM, durable), (HB_STREAM, f"{durable}-hb")):
+            while True:
+                info = await js.consumer_info(stream, name)
+                if not (info.num_pending or info.num_ack_pending) and info.num_waiting:
+                    break
+                await asyncio.sleep(0.05)
+
+
 async def state_of(dsn: str, job_id: uuid.UUID) -> tuple[str, int] | None:
     async with await psycopg.AsyncConnection.connect(dsn) as conn:
         cursor = await conn.execute("SELECT state, last_seq FROM rm.jobs WHERE id = %s", (job_id,))
@@ -89,7 +109,10 @@ async def run_to_done(log: EventLog, job_id: uuid.UUID, after: int) -> int:
 
 
 async def test_a_controller_ahead_of_the_read_model_decides_nothing_until_it_catches_up(
-    js: JetStreamContext, database_url: str, monkeypatch: pytest.MonkeyPatch
+    js: JetStreamContext,
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     # The awaited-parents set is loaded from the read model, so the controller must not start
     # before the projector has folded the stream; it waits (retrying) instead of deciding.
@@ -100,7 +123,9 @@ async def test_a_controller_ahead_of_the_read_model_decides_nothing_until_it_cat
     before = (await js.stream_info(EVENTS_STREAM)).state.last_seq
     monkeypatch.setattr(loop_module, "STARTUP_WAIT_S", 0.3)
     async with running_controller(js, database_url):
-        await asyncio.sleep(1.5)  # several start attempts, each timing out on the read model
+        async with asyncio.timeout(10):  # two start attempts, each timing out on the read model
+            while sum("cannot start yet" in r.getMessage() for r in caplog.records) < 2:
+                await asyncio.sleep(0.05)
         assert (await js.stream_info(EVENTS_STREAM)).state.last_seq == before  # appended nothing
         durables = {info.name for info in await js.consumers_info(EVENTS_STREAM)}
         assert "controller" not in durables  # nor took a position on the stream
@@ -279,7 +304,7 @@ async def test_dead_session_is_fenced_and_a_restart_re_emits_nothing(
         info = await js.stream_info(EVENTS_STREAM)
         before = info.state.last_seq
         async with running_controller(js, database_url):
-            await asyncio.sleep(1.0)
+            await until_idle(js)
         info = await js.stream_info(EVENTS_STREAM)
         assert info.state.last_seq == before
         await wait_for_position(database_url, before)
@@ -318,7 +343,9 @@ async def test_a_closed_sessions_last_heartbeat_ageing_out_leaves_it_closed(
                 await js.get_last_msg(HB_STREAM, heartbeat_subject(SITE, session))
             ).data:
                 await asyncio.sleep(0.1)
-        await asyncio.sleep(1.0)  # the controller's turn at the marker
+        marker = (await js.get_last_msg(HB_STREAM, heartbeat_subject(SITE, session))).seq
+        assert marker is not None
+        await until_looked(js, HB_STREAM, "controller-hb", marker)  # its turn at the marker
         last = (await js.stream_info(EVENTS_STREAM)).state.last_seq
         await wait_for_position(database_url, last)
     newest = await js.get_last_msg(EVENTS_STREAM, f"evt.{SITE}.session.{session}.>")
