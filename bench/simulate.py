@@ -22,7 +22,13 @@ from pathlib import Path
 
 from lodestream.client.analytics.simulate.calibrate import Calibration
 from lodestream.client.analytics.simulate.engine import simulate
-from lodestream.client.analytics.simulate.model import JobTrace, PilotShape, Scenario, Storage
+from lodestream.client.analytics.simulate.model import (
+    Attempt,
+    JobTrace,
+    PilotShape,
+    Scenario,
+    Storage,
+)
 
 BANDWIDTH = 10e9  # bytes/s of the synthetic storage tier
 
@@ -36,9 +42,11 @@ def workload(jobs: int, sites: int, seed: int = 14) -> Calibration:
         at += rng.expovariate(150.0)  # 150 submissions a second, about the capacity
         traces.append(JobTrace(
             site=names[i % sites], app=f"app{i % 3}", num_nodes=2 if i % 100 == 0 else 1,
-            arrival=at, prepare_s=rng.uniform(0.01, 0.05), dispatch_s=rng.uniform(0.0, 0.2),
-            overhead_s=rng.uniform(0.002, 0.02), compute_s=rng.lognormvariate(1.0, 0.5),
-            io_bytes=rng.uniform(0, 2e9), finish_s=rng.uniform(0.0, 0.02),
+            arrival=at, prepare_s=rng.uniform(0.01, 0.05), finish_s=rng.uniform(0.0, 0.02),
+            attempts=(Attempt(dispatch_s=rng.uniform(0.0, 0.2),
+                              overhead_s=rng.uniform(0.002, 0.02),
+                              compute_s=rng.lognormvariate(1.0, 0.5),
+                              io_bytes=rng.uniform(0, 2e9)),),
         ))  # fmt: skip
     pilot = PilotShape(0.0, (16,) * 4)
     return Calibration(jobs=tuple(traces), pilots=dict.fromkeys(names, (pilot,) * 4),

@@ -115,7 +115,7 @@ SiteFeed = PullFeed | LiveFeed
 LAUNCH: Final = PullFeed(
     "launch", "pilot",
     ("job.created", "job.preprocessed", "job.restart_ready", "job.lease_released",
-     "job.lease_expired"),
+     "job.lease_expired", "job.placement_refused"),
     "runnable jobs: each carries the work to run; every job.created, of which pilots run "
     "those created runnable and ack the others", ack_wait_s=30.0,
 )  # fmt: skip

@@ -16,7 +16,7 @@ from lodestream.agents.launcher.decide import RunEnd
 from lodestream.agents.launcher.tasks import Tracked
 from lodestream.agents.launcher.work import WorkItem
 from lodestream.agents.site.apps import ApplicationDefinition, JobContext
-from lodestream.agents.site.apps.render import PYRUN_RESULT, render_job
+from lodestream.agents.site.apps.render import PYRUN_RESULT, PyCall, render_job
 from lodestream.platform_adapters.launchers.base import TaskSpec
 from lodestream.platform_adapters.packing import Allocation
 from lodestream.schemas.events.job import RunProfile
@@ -34,6 +34,19 @@ def task_spec(
 
     No I/O: the caller creates the workdir (:func:`make_workdir`) where blocking is harmless.
     """
+    start = job_start(item, allocation, app, data_dir=data_dir, base_env=base_env)
+    return start if isinstance(start, str) else start[0]
+
+
+def job_start(
+    item: WorkItem,
+    allocation: Allocation,
+    app: type[ApplicationDefinition] | None,
+    *,
+    data_dir: Path,
+    base_env: Mapping[str, str],
+) -> tuple[TaskSpec, PyCall | None] | str:
+    """:func:`task_spec`, and the call a warm Python worker may make in place of its script."""
     if app is None:
         return f"app {item.spec.app!r} is not defined at site {item.site}"
     workdir = data_dir / item.spec.workdir
@@ -41,7 +54,7 @@ def task_spec(
         context = JobContext.from_spec(item.job_id, item.spec, data_dir, attempt=item.attempt)
         rendered = render_job(app, context)
         direct = rendered.direct
-        return TaskSpec(
+        spec = TaskSpec(
             job_id=str(item.job_id), script=rendered.script, workdir=workdir,
             env=base_env, argv=direct.argv if direct else None,
             argv_env=direct.env if direct else {},
@@ -53,6 +66,7 @@ def task_spec(
         )  # fmt: skip
     except Exception as exc:  # site code (the app's template) may fail any way it likes
         return f"{type(exc).__name__}: {exc}"
+    return spec, rendered.call
 
 
 def make_workdir(spec: TaskSpec) -> None:

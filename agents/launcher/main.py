@@ -21,6 +21,7 @@ from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.launcher.probe import probe_world, refusal_reason
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
+from lodestream.agents.launcher.warm import WarmPool
 from lodestream.agents.site.apps import ApplicationDefinition, load_apps, to_app_model
 from lodestream.agents.site.connect import connect_site_patiently, credential_watch, disconnect
 from lodestream.agents.site.scheduler.pilot_end import pilot_end_path, write_pilot_end
@@ -30,6 +31,7 @@ from lodestream.eventlog.outbox import Outbox
 from lodestream.platform_adapters.compute.machine import Machine
 from lodestream.platform_adapters.compute.walltime import seconds_left
 from lodestream.platform_adapters.errors import DiscoveryError
+from lodestream.platform_adapters.launchers.local import LocalLauncher
 from lodestream.platform_adapters.launchers.mpi import MpiLauncher
 from lodestream.platform_adapters.schedulers.environment import own_job_id
 from lodestream.schemas.resources import SchedulerState
@@ -111,6 +113,7 @@ async def run(
             base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
             batch=batch, diffusion=_diffusion(settings, plan, session, apps),
             filter_tags=filter_tags, outbox=outbox, mpi_broken=mpi_broken,
+            warm=_warm_pool(settings, plan),
         )  # fmt: skip
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)
@@ -153,6 +156,15 @@ def _diffusion(
         data_dir=settings.data_dir, max_deliveries=cfg.cache_defer_deliveries,
         advertise=session.wake,
     )  # fmt: skip
+
+
+def _warm_pool(settings: SiteSettings, plan: PilotPlan) -> WarmPool | None:
+    """Warm Python workers, one per slot, where this pilot runs its jobs on its own host."""
+    cfg = settings.launcher.python_workers
+    if not cfg.enabled or plan.mpi4py_workers or not isinstance(plan.app_launcher, LocalLauncher):
+        return None
+    slots = sum(max(len(n.cpu_ids), 1) for n in plan.nodes)
+    return WarmPool(settings.apps_dir, cfg, env=plan.base_env, cwd=settings.data_dir, size=slots)
 
 
 def _probe(settings: SiteSettings, plan: PilotPlan) -> str | None:

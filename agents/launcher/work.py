@@ -13,6 +13,9 @@ runnable is checked by the fold as the projector checks it, so a pilot never run
 the read model quarantined; and, being a control-plane type no site key can publish, it is
 itself the proof that a user submitted the job (``WorkItem.submitted``).
 
+A ``job.placement_refused`` (a pilot that can never run the job said so) carries the work
+again, as a lease release does: the job stays runnable, and a pilot that fits leases it.
+
 A ``job.restart_ready`` says when the retry is due (``retry_at``): until then
 the item is not to be leased, and the pilot hands the delivery back to the
 server with that delay (see ``Launcher._defer``).
@@ -30,7 +33,13 @@ from typing import Any
 from lodestream.eventlog.pull import settle_delivery
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition, Untrusted
-from lodestream.schemas.events.job import JobCreated, LeaseData, RetryData, StepData
+from lodestream.schemas.events.job import (
+    JobCreated,
+    JobPlacementRefused,
+    LeaseData,
+    RetryData,
+    StepData,
+)
 from lodestream.schemas.fold import apply
 from lodestream.schemas.resources import JobSpec
 from lodestream.schemas.topology import LAUNCH
@@ -53,6 +62,8 @@ class WorkItem:
     not_before: datetime | None = None  # a retry's due time: no lease before it
     # The delivery is the job's job.created: no need to read it back to know it was submitted.
     submitted: bool = False
+    # The delivery is a pilot's job.placement_refused: a refusal is on record already.
+    refused: bool = False
 
     @property
     def key(self) -> JobKey:
@@ -92,6 +103,7 @@ def work_item(msg: Any, site: str) -> WorkItem:
         attempt=data.attempt,
         msg=msg,
         not_before=data.retry_at if isinstance(data, RetryData) else None,
+        refused=isinstance(event, JobPlacementRefused),
     )
 
 

@@ -106,6 +106,24 @@ SerialWorkers = Literal["none", "mpi4py"]
 LaunchOptionName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$")]
 
 
+class PythonWorkerSettings(_Strict):
+    """Warm Python workers: Python-function jobs run in long-lived processes forked from a
+    template that has imported the site's apps (docs/platforms.md, "Warm Python workers").
+
+    ``enabled: false`` runs every function job in a fresh interpreter, as an app with
+    ``isolation = "process"`` always does. A worker is recycled after ``max_jobs`` jobs, or
+    when its RSS after a job is above ``max_rss_mb``; ``memory_limit_mb`` caps its address
+    space (``RLIMIT_AS``: a job over it gets ``MemoryError``), and a job still running after
+    ``time_limit_s`` has its worker killed and replaced. None: no such limit.
+    """
+
+    enabled: bool = True
+    max_jobs: int = Field(10_000, ge=1)
+    max_rss_mb: float = Field(4096.0, gt=0)
+    memory_limit_mb: float | None = Field(None, gt=0)
+    time_limit_s: float | None = Field(None, gt=0)
+
+
 class LauncherSettings(_Strict):
     heartbeat_ttl_s: int = Field(10, ge=2, le=600)
     idle_ttl_s: float = Field(60.0, ge=0)
@@ -139,6 +157,7 @@ class LauncherSettings(_Strict):
     cache_bytes: int = Field(0, ge=0, le=2**62)
     cache_dir: Path = Path("cache")
     cache_defer_deliveries: int = Field(2, ge=0, le=20)
+    python_workers: PythonWorkerSettings = PythonWorkerSettings()
 
 
 class ProcessingSettings(_Strict):

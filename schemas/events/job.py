@@ -264,6 +264,20 @@ class JobLeaseExpired(Event):
     data: LeaseData
 
 
+class JobPlacementRefused(Event):
+    """A pilot of the site cannot ever run this job (its nodes are too few or too small, or
+    its mode is the other one): ``data.reason`` in the pilot's words, ``data.session_id`` the
+    pilot. The job stays runnable: the event carries its work and is delivered to the site's
+    pilots again, so a pilot that fits leases it chained on this event. A pilot appends one
+    only on a delivery that is not itself a refusal, so a job gets at most one per time it
+    becomes runnable, however many pilots refuse it."""
+
+    event_type: ClassVar[str] = "job.placement_refused"
+    type: Literal["job.placement_refused"] = "job.placement_refused"
+    v: Annotated[Literal[1], EXACT_VERSION] = 1
+    data: LeaseData
+
+
 class JobStarted(Event):
     event_type: ClassVar[str] = "job.started"
     type: Literal["job.started"] = "job.started"
@@ -362,6 +376,7 @@ JOB_EVENTS: tuple[type[Event], ...] = (
     JobLeased,
     JobLeaseReleased,
     JobLeaseExpired,
+    JobPlacementRefused,
     JobStarted,
     JobRunDone,
     JobRunErrored,

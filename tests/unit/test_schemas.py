@@ -108,6 +108,9 @@ SAMPLE_DATA: dict[str, BaseModel] = {
     "job.leased": LeaseData(session_id=SESSION_ID),
     "job.lease_released": LeaseData(session_id=SESSION_ID, reason="draining"),
     "job.lease_expired": LeaseData(session_id=SESSION_ID, reason="heartbeat lost"),
+    "job.placement_refused": LeaseData(
+        session_id=SESSION_ID, reason="needs 2 nodes; this pilot has 1"
+    ),
     "job.started": StartedData(
         session_id=SESSION_ID, placement=(Placement(hostname="nid0001", cores=(0, 1)),), pid=42
     ),

@@ -11,8 +11,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from lodestream.client.analytics.simulate.calibrate import calibrate
+from lodestream.client.analytics.simulate.calibrate import IOModel, calibrate
+from lodestream.client.analytics.simulate.engine import simulate
 from lodestream.client.analytics.simulate.errors import NothingToCalibrate
+from lodestream.client.analytics.simulate.model import Scenario
 from lodestream.client.analytics.simulate.recorded import recording
 from lodestream.client.analytics.simulate.source import Refusals, from_lines
 from lodestream.client.cli.main import app
@@ -22,11 +24,15 @@ from lodestream.schemas.events import (
     JobCreated,
     JobFinished,
     JobPreprocessed,
+    JobRestartReady,
+    JobRunErrored,
     JobStarted,
     SessionOpened,
 )
 from lodestream.schemas.events.job import (
     FinishedData,
+    Placement,
+    RetryData,
     RunProfile,
     RunResultData,
     StartedData,
@@ -89,10 +95,11 @@ def test_a_recording_takes_each_jobs_times_and_its_profiles_run_time() -> None:
 
 def test_calibration_by_hand() -> None:
     cal = calibrate(recording(events()))
-    first, second = sorted(cal.jobs, key=lambda j: j.dispatch_s)
+    first, second = sorted(cal.jobs, key=lambda j: j.attempts[0].dispatch_s)
     # Two slots: each job had one free from the session's opening; dispatch is from
     # runnable (0.1) to the lease.
-    assert {round(first.dispatch_s, 6), round(second.dispatch_s, 6)} == {0.1, 1.2}
+    dispatch = {round(j.attempts[0].dispatch_s, 6) for j in (first, second)}
+    assert dispatch == {0.1, 1.2}
     assert first.prepare_s == pytest.approx(0.1)
     assert cal.pilots == {SITE: (cal.pilots[SITE][0],)}
     assert cal.pilots[SITE][0].slots_per_node == (2,)  # min(cores 2, packing 4)
@@ -142,3 +149,57 @@ def test_the_cli_predicts_from_a_file_and_refuses_nonsense(tmp_path: Path) -> No
     missing = runner.invoke(app, ["analytics", "simulate", "--from-file", str(tmp_path / "no")])
     assert missing.exit_code == 1
     assert "cannot read" in missing.output
+
+
+def test_replaying_the_recording_gives_it_back_with_and_without_the_io_term() -> None:
+    recorded = recording(events())
+    for io in (None, IOModel(0.5, 1e9), IOModel(0.9, 10.0)):
+        cal = calibrate(recorded, io)
+        assert simulate(cal, Scenario()).makespan_s == pytest.approx(cal.makespan_s, rel=1e-6)
+
+
+def test_a_retry_and_a_chain_are_recorded_as_structure() -> None:
+    parent, child = uuid.uuid4(), uuid.uuid4()
+    spec = JobSpec(site=SITE, app="flaky", workdir="p")
+    actor = f"launcher:{SESSION}"
+    lease = StartedData(session_id=SESSION, placement=(Placement(hostname="n1"),))
+    history: list[Event] = [
+        JobCreated.create(site=SITE, aggregate_id=parent, actor="user:ada", data=spec,
+                          occurred_at=at(0)),
+        JobCreated.create(site=SITE, aggregate_id=child, actor="user:ada",
+                          data=JobSpec(site=SITE, app="demo", workdir="c", parent_ids=(parent,)),
+                          occurred_at=at(0)),
+        JobPreprocessed.create(site=SITE, aggregate_id=parent, actor="controller:c",
+                               data=StepData(work=spec), occurred_at=at(0.1)),
+        JobStarted.create(site=SITE, aggregate_id=parent, actor=actor, data=lease,
+                          occurred_at=at(0.2)),
+        JobRunErrored.create(site=SITE, aggregate_id=parent, actor=actor,
+                             data=RunResultData(return_code=1, runtime_s=1.0),
+                             occurred_at=at(1.2)),
+        JobRestartReady.create(site=SITE, aggregate_id=parent, actor="site:alpha",
+                               data=RetryData(attempt=2, backoff_s=0.5, retry_at=at(1.8)),
+                               occurred_at=at(1.3)),
+        JobStarted.create(site=SITE, aggregate_id=parent, actor=actor, data=lease,
+                          occurred_at=at(1.9)),
+        JobFinished.create(site=SITE, aggregate_id=parent, actor=actor, occurred_at=at(2.9),
+                           data=FinishedData(run=RunResultData(return_code=0, runtime_s=1.0))),
+        JobPreprocessed.create(site=SITE, aggregate_id=child, actor="controller:c",
+                               data=StepData(), occurred_at=at(3.0)),
+        JobStarted.create(site=SITE, aggregate_id=child, actor=actor, data=lease,
+                          occurred_at=at(3.1)),
+        JobFinished.create(site=SITE, aggregate_id=child, actor=actor, occurred_at=at(4.1),
+                           data=FinishedData(run=RunResultData(return_code=0, runtime_s=1.0))),
+    ]  # fmt: skip
+    cal = calibrate(recording(history))
+    first, second = cal.jobs
+    assert second.parents == (0,)
+    assert second.prepare_s == pytest.approx(0.1)  # the parent's end → the child runnable
+    assert [a.requeue_s for a in first.attempts] == pytest.approx([0.0, 0.1])
+    assert [a.backoff_s for a in first.attempts] == pytest.approx([0.0, 0.5])
+    assert cal.retries == 1
+    # No session event: the pilot is one node, named by the placements, one run at a time.
+    assert cal.pilots[SITE][0].slots_per_node == (1,)
+    assert "placements" in cal.capacity_source
+    assert simulate(cal, Scenario()).makespan_s == pytest.approx(cal.makespan_s)
+    # A second slot does not shorten a chain: the child waits for its parent's retry.
+    assert simulate(cal, Scenario(slots=2)).makespan_s == pytest.approx(cal.makespan_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
@@ -10,6 +11,7 @@ from lodestream.client.analytics.simulate.calibrate import Calibration
 from lodestream.client.analytics.simulate.engine import simulate
 from lodestream.client.analytics.simulate.errors import BadScenario
 from lodestream.client.analytics.simulate.model import (
+    Attempt,
     JobTrace,
     PilotShape,
     Scenario,
@@ -22,11 +24,21 @@ from lodestream.schemas.strategies import STRATEGIES
 
 
 def job(arrival: float = 0.0, compute: float = 1.0, **costs: float) -> JobTrace:
-    fields = {"prepare_s": 0.0, "dispatch_s": 0.0, "overhead_s": 0.0, "io_bytes": 0.0,
-              "finish_s": 0.0, **costs}  # fmt: skip
-    nodes = int(fields.pop("num_nodes", 1))
-    return JobTrace(site="a", app="x", num_nodes=nodes, arrival=arrival, compute_s=compute,
-                    **fields)  # fmt: skip
+    """A job of one attempt (``costs`` name its stages), or of several: ``retries`` failed
+    attempts before, each like the last, requeued after ``requeue_s`` and ``backoff_s``."""
+    nodes = int(costs.pop("num_nodes", 1))
+    retries = int(costs.pop("retries", 0))
+    prepare, finish = costs.pop("prepare_s", 0.0), costs.pop("finish_s", 0.0)
+    requeue, backoff = costs.pop("requeue_s", 0.0), costs.pop("backoff_s", 0.0)
+    first = Attempt(compute_s=compute, **{"dispatch_s": 0.0, "overhead_s": 0.0, **costs})
+    again = replace(first, requeue_s=requeue, backoff_s=backoff)
+    return JobTrace(site="a", app="x", num_nodes=nodes, arrival=arrival, prepare_s=prepare,
+                    attempts=(first,) + (again,) * retries, finish_s=finish)  # fmt: skip
+
+
+def child(*parents: int, **costs: float) -> JobTrace:
+    """A job of one attempt that waits for ``parents``."""
+    return replace(job(**costs), parents=parents)
 
 
 def calibration(
@@ -148,3 +160,47 @@ def test_a_job_wider_than_every_pilot_is_refused() -> None:
 def test_a_bandwidth_without_an_io_model_is_refused() -> None:
     with pytest.raises(BadScenario, match="I/O model"):
         simulate(calibration([job()]), Scenario(bandwidth=1e9))
+
+
+def test_a_child_waits_for_its_parents_in_the_simulation_not_as_recorded() -> None:
+    # A chain of three on four slots, then two independent jobs: the chain takes 3 s
+    # whatever the capacity; the others run beside it.
+    chain = [job(), child(0, prepare_s=0.1), child(1, prepare_s=0.1)]
+    cal = calibration([*chain, job(), job()], {"a": (PilotShape(0.0, (1,)),)})
+    # One slot: 0-1 the chain's head, then the others and the chain interleave in order of
+    # becoming runnable: job 3 (1-2), job 4 (2-3), job 1 (runnable 1.1; 3-4), job 2 (4.1-5.1).
+    assert simulate(cal, Scenario()).makespan_s == pytest.approx(5.1)
+    # Four slots: the chain alone sets it, its links 0.1 s each.
+    assert simulate(cal, Scenario(slots=4)).makespan_s == pytest.approx(3.2)
+
+
+def test_a_failed_attempt_runs_again_after_its_backoff() -> None:
+    flaky = job(retries=1, requeue_s=0.05, backoff_s=0.2, finish_s=0.01)
+    cal = calibration([flaky, job()], {"a": (PilotShape(0.0, (1,)),)})
+    # One slot: flaky 0-1, the other 1-2, flaky again from 2 (eligible at 1.25) to 3.
+    assert simulate(cal, Scenario()).makespan_s == pytest.approx(3.01)
+    # Two: flaky 0-1, again 1.25-2.25, finished 0.01 later.
+    assert simulate(cal, Scenario(slots=2)).makespan_s == pytest.approx(2.26)
+
+
+def test_a_job_that_never_ran_ends_after_its_parent() -> None:
+    orphan = JobTrace(site="a", app="x", num_nodes=1, arrival=0.0, prepare_s=0.0,
+                      attempts=(), finish_s=0.3, parents=(0,))  # fmt: skip
+    assert simulate(calibration([job(), orphan]), Scenario()).makespan_s == pytest.approx(1.3)
+
+
+def test_scaled_workloads_by_hand() -> None:
+    cal = calibration([job(), child(0)], {"a": (PilotShape(0.0, (1,)),)})
+    assert simulate(cal, Scenario()).makespan_s == pytest.approx(2.0)
+    # Twice the jobs: two chains on one slot, 4 s; on two pilots, 2 s.
+    assert simulate(cal, Scenario(jobs_factor=2)).makespan_s == pytest.approx(4.0)
+    assert simulate(cal, Scenario(jobs_factor=2, pilots_factor=2)).makespan_s == pytest.approx(2.0)
+    assert simulate(cal, Scenario(speed=2.0)).makespan_s == pytest.approx(1.0)
+    spaced = calibration([job(), job(), job()], {"a": (PilotShape(0.0, (4,)),)})
+    assert simulate(spaced, Scenario(arrival_rate=0.5)).makespan_s == pytest.approx(5.0)
+
+
+def test_a_faster_tier_by_a_factor() -> None:
+    jobs = [job(compute=1.0, io_bytes=100.0), job(compute=1.0, io_bytes=100.0)]
+    cal = calibration(jobs, storage=Storage(100.0))
+    assert simulate(cal, Scenario(bandwidth_factor=4.0)).makespan_s == pytest.approx(1.5)

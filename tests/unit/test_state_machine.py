@@ -66,7 +66,7 @@ def job_data(
             return JobSpec(site=site, app="demo", workdir="demo/1")
         case "job.awaiting_parents":
             return ParentsData(parent_ids=(PARENT_ID,))
-        case "job.leased" | "job.lease_released" | "job.lease_expired":
+        case "job.leased" | "job.lease_released" | "job.lease_expired" | "job.placement_refused":
             return LeaseData(session_id=session)
         case "job.started":
             return StartedData(session_id=session, skipped=skipped)

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Literal
 
 from lodestream.agents.site.apps.errors import AppDefinitionError
 from lodestream.agents.site.apps.spec import (
@@ -101,6 +101,10 @@ class ApplicationDefinition:
     cleanup_files: ClassVar[Sequence[str]] = ()
     transfers: ClassVar[Mapping[str, TransferSlot | Mapping[str, Any]]] = {}
     python_exe: ClassVar[str] = sys.executable
+    # A Python-function app's jobs run in the pilot's warm workers ("worker"), or each in a
+    # fresh interpreter ("process"): for apps that leave state behind that the next job
+    # must not see (threads, signal handlers, a CUDA context on another GPU).
+    isolation: ClassVar[Literal["worker", "process"]] = "worker"
     # Retries after a failed run; None keeps the site's processing.retry_budget.
     retry_budget: ClassVar[int | None] = None
     # Fields of the site's processing.retry_backoff this app changes (base_s, factor, max_s,
@@ -121,6 +125,10 @@ class ApplicationDefinition:
         if abstract:
             check_hooks(cls)
             return
+        if cls.isolation not in ("worker", "process"):
+            raise AppDefinitionError(
+                f"{cls.__qualname__}.isolation must be 'worker' or 'process', not {cls.isolation!r}"
+            )
         cls.spec = build_spec(cls)
         cls.name = cls.spec.name
         cls.description = cls.spec.description

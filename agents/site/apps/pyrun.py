@@ -18,7 +18,7 @@ import os
 import sys
 import traceback
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -27,7 +27,7 @@ from typing import Any
 from lodestream.agents.site.apps.definition import ApplicationDefinition, JobContext
 from lodestream.agents.site.apps.errors import AppError, ParameterError, ResultError, UnknownApp
 from lodestream.agents.site.apps.loader import load_apps
-from lodestream.agents.site.apps.render import resolve_parameters
+from lodestream.agents.site.apps.render import apps_dir_of, resolve_parameters
 
 EXIT_OK = 0
 EXIT_RAISED = 1
@@ -56,9 +56,20 @@ def parse_result(text: str) -> PyRunResult:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    result_path = Path(args.result)
     try:
-        app = _prepare(Path(args.apps_dir), args.app, Path(args.params_json))
+        apps = load_apps(Path(args.apps_dir))
+    except (AppError, OSError, ValueError) as exc:
+        _write(Path(args.result), _failure(exc, None))
+        return EXIT_SETUP
+    return run_loaded(apps, args.app, Path(args.params_json), Path(args.result))
+
+
+def run_loaded(
+    apps: Mapping[str, type[ApplicationDefinition]], name: str, params_file: Path, result_path: Path
+) -> int:
+    """What ``main`` does with the apps already imported (a warm worker's); its exit status."""
+    try:
+        app = _prepare(apps, name, params_file)
     except (AppError, OSError, ValueError) as exc:
         _write(result_path, _failure(exc, None))
         return EXIT_SETUP
@@ -83,11 +94,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _prepare(
-    apps_dir: Path, name: str, params_file: Path
+    apps: Mapping[str, type[ApplicationDefinition]], name: str, params_file: Path
 ) -> tuple[dict[str, str], ApplicationDefinition]:
-    apps = load_apps(apps_dir)
     if name not in apps:
-        raise UnknownApp(f"no app named {name!r} in {apps_dir} (apps: {', '.join(sorted(apps))})")
+        where = f" in {apps_dir_of(next(iter(apps.values())))}" if apps else ""
+        raise UnknownApp(f"no app named {name!r}{where} (apps: {', '.join(sorted(apps))})")
     app_cls = apps[name]
     if not app_cls.spec.is_python:
         raise UnknownApp(f"app {name!r} is a shell command app, not a Python-function app")

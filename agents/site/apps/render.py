@@ -77,11 +77,25 @@ class ExecForm:
 
 
 @dataclass(frozen=True, slots=True)
+class PyCall:
+    """A Python-function job as a warm worker runs it: what pyrun reads, what the script exports."""
+
+    app: str
+    params_json: str
+    env: dict[str, str]
+
+
+@dataclass(frozen=True, slots=True)
 class RenderedJob:
-    """A job as the launcher runs it: its bash script, and the same without bash when possible."""
+    """A job as the launcher runs it: its bash script, and the same without bash when possible.
+
+    ``call`` is set for a Python-function app without a shell preamble: a warm worker may run
+    it in place of the script.
+    """
 
     script: str
     direct: ExecForm | None
+    call: PyCall | None = None
 
 
 def render_job(app_cls: type[ApplicationDefinition], job: JobContext) -> RenderedJob:
@@ -113,7 +127,10 @@ def render_job(app_cls: type[ApplicationDefinition], job: JobContext) -> Rendere
     direct = None
     if argv is not None:
         direct = ExecForm(argv=tuple(argv), env={**exports, "PWD": str(job.workdir)})
-    return RenderedJob(script="\n".join(lines) + "\n", direct=direct)
+    call = None
+    if spec.is_python and not preamble.strip():
+        call = PyCall(app=spec.name, params_json=json.dumps(resolved), env=exports)
+    return RenderedJob(script="\n".join(lines) + "\n", direct=direct, call=call)
 
 
 def render_script(app_cls: type[ApplicationDefinition], job: JobContext) -> str:

@@ -1,20 +1,29 @@
-"""From a recording to the trace the simulator replays: per-job stage costs, the pilots.
+"""From a recording to the trace the simulator replays: the workload's structure, and
+what each step cost.
 
 * **Arrivals**: the recorded submission times, as offsets from the first.
-* **Stage overheads**, per job: created → runnable; *dispatch*, the time from a slot of its
-  pilot falling free (or the job becoming runnable, if later) to its lease — the slot each
-  job took is reconstructed by replaying its pilot's leases in order, first free slot first,
-  as the simulator itself hands them out; the pilot's time in the slot besides the process
-  (spawn and report); result → job.finished.
-* **Run times**: each job's process run time (the pilot's profile when it recorded one).
+* **Structure**: each job's parents (those in the recording), and its attempts in turn.
+* **Stage costs**, per job: *prepare*, from its creation or its last parent's end (whichever
+  is later) to its first runnable event (the controller's steps, staging in,
+  preprocessing); per attempt, *requeue* (the previous attempt's result → its
+  ``job.restart_ready``) and *backoff* (→ its ``retry_at``: the retry policy's wait);
+  *dispatch*, the time from a slot of its pilot falling free (or the attempt becoming
+  eligible, if later) to its lease — the slot each run took is reconstructed by replaying
+  its pilot's leases in order, first free slot first, as the simulator itself hands them
+  out; the pilot's time in the slot besides the process (spawn and report); and *finish*,
+  the last result → ``job.finished`` (staging out, postprocessing) or ``job.failed``.
+* **Run times**: each run's process run time (the pilot's profile when it recorded one).
 * **Capacity**: the pilots from their ``session.opened``: their nodes, each with as many
   slots as the pilot's packer gives the jobs it ran — a node's cores over a job's ranks, and
   at most the jobs' ``node_packing_count`` (the most any of them allows). A pilot
   seen only in ``job.started`` (a feed without session events) is taken to have opened at
-  its first lease, with one node as wide as the most runs it was seen to hold at once.
+  its first lease, with the nodes its runs' placements name, each as wide as the most runs
+  it was seen to hold at once (one node, if no placement was recorded).
 * **I/O** (optional): with an I/O fraction and the bandwidth of the storage the run read
-  from, that fraction of each run is I/O, and the bytes it moved are what its share of the
-  bandwidth (split among the runs of its site going on at its midpoint) carried in that time.
+  from, that fraction of each run, at its start, is I/O, and the bytes it moved are what
+  its share of the bandwidth carried in that time, shared equally among the runs of its
+  site doing I/O at each moment — the simulator's own rule, so that replaying the
+  recording at that bandwidth gives the recording back.
 """
 
 from __future__ import annotations
@@ -27,8 +36,13 @@ from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from lodestream.client.analytics.simulate.errors import BadScenario, NothingToCalibrate
-from lodestream.client.analytics.simulate.model import JobTrace, PilotShape, Storage
-from lodestream.client.analytics.simulate.recorded import RecordedJob, RecordedPilot, Recording
+from lodestream.client.analytics.simulate.model import Attempt, JobTrace, PilotShape, Storage
+from lodestream.client.analytics.simulate.recorded import (
+    RecordedJob,
+    RecordedPilot,
+    RecordedRun,
+    Recording,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +67,8 @@ class Calibration:
     makespan_s: float  # first submission → last job.finished, as recorded
     storage: Storage | None
     stages: dict[str, float]  # the median of each stage, for the report
+    retries: int = 0  # runs beyond each job's first
+    dependent: int = 0  # jobs with parents in the recording
 
     @property
     def throughput_per_s(self) -> float:
@@ -62,36 +78,52 @@ class Calibration:
 def calibrate(recorded: Recording, io: IOModel | None = None) -> Calibration:
     """The trace of ``recorded``; :class:`NothingToCalibrate` if no job ran to its end."""
     jobs = recorded.jobs
-    if not jobs:
+    if not any(j.runs for j in jobs):
         why = f" ({recorded.unfinished} job(s) seen, none finished)" if recorded.unfinished else ""
         raise NothingToCalibrate(f"no job in the recording ran to JOB_FINISHED{why}")
     t0 = min(j.created for j in jobs)
     pilots, source = _pilots(jobs, recorded.pilots)
     dispatch = _dispatch(jobs, pilots)
-    concurrency = _concurrency(jobs) if io is not None else {}
+    moved = _io_bytes(jobs, io) if io is not None else {}
+    index = {j.job_id: i for i, j in enumerate(jobs)}
     traces = []
     for job in jobs:
-        io_part = io.io_fraction * job.run_s if io is not None else 0.0
-        nbytes = io_part * io.bandwidth / concurrency[job.job_id] if io is not None else 0.0
+        parents = tuple(index[p] for p in job.parents if p in index)
+        after = max([job.created, *(jobs[p].ended for p in parents)])
+        attempts = []
+        before = job.first_runnable
+        for k, run in enumerate(job.runs):
+            io_part = io.io_fraction * run.run_s if io is not None else 0.0
+            attempts.append(Attempt(
+                dispatch_s=dispatch[(job.job_id, k)], overhead_s=run.held_s - run.run_s,
+                compute_s=run.run_s - io_part, io_bytes=moved.get((job.job_id, k), 0.0),
+                requeue_s=max(run.runnable - before, 0.0) if k else 0.0,
+                backoff_s=max(run.eligible - (run.runnable if k else before), 0.0),
+            ))  # fmt: skip
+            before = run.result
+        ready = max(job.first_runnable - after, 0.0) if job.runs else 0.0
         traces.append(JobTrace(
             site=job.site, app=job.app, num_nodes=job.num_nodes, arrival=job.created - t0,
-            prepare_s=max(job.runnable - job.created, 0.0), dispatch_s=dispatch[job.job_id],
-            overhead_s=job.held_s - job.run_s, compute_s=job.run_s - io_part, io_bytes=nbytes,
-            finish_s=max(job.finished - job.result, 0.0),
+            prepare_s=ready, attempts=tuple(attempts), parents=parents,
+            finish_s=max(job.ended - (job.result if job.runs else after), 0.0),
         ))  # fmt: skip
     shapes = {site: tuple(PilotShape(max(p.opened - t0, 0.0), p.slots_per_node) for p in ps)
               for site, ps in pilots.items()}  # fmt: skip
+    runs = [run for job in jobs for run in job.runs]
+    tried = [a for t in traces for a in t.attempts]
     stages = {
         "prepare_s": statistics.median(t.prepare_s for t in traces),
-        "dispatch_s": statistics.median(t.dispatch_s for t in traces),
-        "overhead_s": statistics.median(t.overhead_s for t in traces),
-        "run_s": statistics.median(j.run_s for j in jobs),
+        "dispatch_s": statistics.median(a.dispatch_s for a in tried),
+        "overhead_s": statistics.median(a.overhead_s for a in tried),
+        "run_s": statistics.median(r.run_s for r in runs),
         "finish_s": statistics.median(t.finish_s for t in traces),
     }
     return Calibration(
         jobs=tuple(traces), pilots=shapes, capacity_source=source,
-        makespan_s=max(j.finished for j in jobs) - t0,
+        makespan_s=max(j.ended for j in jobs) - t0,
         storage=Storage(io.bandwidth) if io is not None else None, stages=stages,
+        retries=len(runs) - sum(1 for j in jobs if j.runs),
+        dependent=sum(1 for t in traces if t.parents),
     )  # fmt: skip
 
 
@@ -100,27 +132,29 @@ def _pilots(
 ) -> tuple[dict[str, list[RecordedPilot]], str]:
     """The pilots that ran ``jobs``, by site, and where their shape came from."""
     known = {p.session: p for p in opened}
-    used: dict[uuid.UUID, list[RecordedJob]] = defaultdict(list)
+    used: dict[uuid.UUID, list[tuple[RecordedJob, RecordedRun]]] = defaultdict(list)
     for job in jobs:
-        used[job.session].append(job)
+        for run in job.runs:
+            used[run.session].append((job, run))
     by_site: dict[str, list[RecordedPilot]] = defaultdict(list)
     inferred = 0
     for session, ran in used.items():
         pilot = known.get(session)
         if pilot is not None:
-            pilot = _packed(pilot, ran)
+            pilot = _packed(pilot, [job for job, _ in ran])
         else:
             inferred += 1
-            pilot = RecordedPilot(session, ran[0].site, min(j.started for j in ran),
-                                  (_most_at_once(ran),))  # fmt: skip
+            runs = [run for _, run in ran]
+            pilot = RecordedPilot(session, ran[0][0].site, min(r.started for r in runs),
+                                  _nodes_seen(runs))  # fmt: skip
         by_site[pilot.site].append(pilot)
     for pilots in by_site.values():
         pilots.sort(key=lambda p: p.opened)
     if not inferred:
         return by_site, "session events"
     if inferred == len(used):
-        return by_site, "inferred from job.started (no session events)"
-    return by_site, f"session events; {inferred} pilot(s) inferred from job.started"
+        return by_site, "job.started placements (no session events)"
+    return by_site, f"session events; {inferred} pilot(s) inferred from job.started placements"
 
 
 def _packed(pilot: RecordedPilot, ran: list[RecordedJob]) -> RecordedPilot:
@@ -131,8 +165,19 @@ def _packed(pilot: RecordedPilot, ran: list[RecordedJob]) -> RecordedPilot:
     return replace(pilot, slots_per_node=slots)
 
 
-def _most_at_once(jobs: list[RecordedJob]) -> int:
-    edges = sorted([(j.started, 1) for j in jobs] + [(j.result, -1) for j in jobs])
+def _nodes_seen(runs: list[RecordedRun]) -> tuple[int, ...]:
+    """A node per host the placements name, each as wide as the most runs it held at once."""
+    by_host: dict[str, list[RecordedRun]] = defaultdict(list)
+    for run in runs:
+        for host in dict.fromkeys(run.hosts):
+            by_host[host].append(run)
+    if not by_host:
+        return (_most_at_once(runs),)
+    return tuple(_most_at_once(by_host[host]) for host in sorted(by_host))
+
+
+def _most_at_once(runs: list[RecordedRun]) -> int:
+    edges = sorted([(r.started, 1) for r in runs] + [(r.result, -1) for r in runs])
     running = most = 0
     for _, step in edges:
         running += step
@@ -142,37 +187,49 @@ def _most_at_once(jobs: list[RecordedJob]) -> int:
 
 def _dispatch(
     jobs: list[RecordedJob], pilots: dict[str, list[RecordedPilot]]
-) -> dict[uuid.UUID, float]:
-    """Each job's lease delay from the moment a slot of its pilot was free for it."""
+) -> dict[tuple[uuid.UUID, int], float]:
+    """Each run's lease delay from the moment a slot of its pilot was free for it."""
     slots = {p.session: p for ps in pilots.values() for p in ps}
-    by_pilot: dict[uuid.UUID, list[RecordedJob]] = defaultdict(list)
+    by_pilot: dict[uuid.UUID, list[tuple[uuid.UUID, int, RecordedRun]]] = defaultdict(list)
     for job in jobs:
-        by_pilot[job.session].append(job)
-    delays: dict[uuid.UUID, float] = {}
+        for k, run in enumerate(job.runs):
+            by_pilot[run.session].append((job.job_id, k, run))
+    delays: dict[tuple[uuid.UUID, int], float] = {}
     for session, ran in by_pilot.items():
         pilot = slots[session]
         free = [pilot.opened] * max(sum(pilot.slots_per_node), 1)
-        for job in sorted(ran, key=lambda j: j.started):
+        for job_id, k, run in sorted(ran, key=lambda r: r[2].started):
             slot_free = heapq.heappop(free)
-            delays[job.job_id] = max(job.started - max(job.runnable, slot_free), 0.0)
-            heapq.heappush(free, max(job.result, job.started))
+            delays[(job_id, k)] = max(run.started - max(run.eligible, slot_free), 0.0)
+            heapq.heappush(free, max(run.result, run.started))
     return delays
 
 
-def _concurrency(jobs: list[RecordedJob]) -> dict[uuid.UUID, int]:
-    """How many runs of its site were going on at the middle of each job's run."""
-    by_site: dict[str, list[RecordedJob]] = defaultdict(list)
+def _io_bytes(jobs: list[RecordedJob], io: IOModel) -> dict[tuple[uuid.UUID, int], float]:
+    """The bytes each run read: its I/O span (the first ``io_fraction`` of its process's
+    run) at ``bandwidth`` shared equally among its site's runs reading at each moment."""
+    by_site: dict[str, list[tuple[float, float, tuple[uuid.UUID, int]]]] = defaultdict(list)
     for job in jobs:
-        by_site[job.site].append(job)
-    counts: dict[uuid.UUID, int] = {}
-    for ran in by_site.values():
-        starts = sorted(j.result - j.run_s for j in ran)
-        ends = sorted(j.result for j in ran)
-        for job in ran:
-            middle = job.result - job.run_s / 2
-            counts[job.job_id] = max(_count_le(starts, middle) - _count_le(ends, middle), 1)
-    return counts
+        for k, run in enumerate(job.runs):
+            begin = run.result - run.run_s
+            by_site[job.site].append((begin, begin + io.io_fraction * run.run_s, (job.job_id, k)))
+    moved: dict[tuple[uuid.UUID, int], float] = {}
+    for spans in by_site.values():
+        # Each moment's share, integrated: bytes a reader active all along would have had.
+        edges = sorted([(b, 1) for b, _, _ in spans] + [(e, -1) for _, e, _ in spans])
+        times, carried = [edges[0][0]], [0.0]
+        active = 0
+        for at, step in edges:
+            if active:
+                carried.append(carried[-1] + (at - times[-1]) * io.bandwidth / active)
+            else:
+                carried.append(carried[-1])
+            times.append(at)
+            active += step
+        for begin, end, key in spans:
+            moved[key] = _carried_at(times, carried, end) - _carried_at(times, carried, begin)
+    return moved
 
 
-def _count_le(values: list[float], x: float) -> int:
-    return bisect.bisect_right(values, x)
+def _carried_at(times: list[float], carried: list[float], at: float) -> float:
+    return carried[bisect.bisect_right(times, at) - 1]

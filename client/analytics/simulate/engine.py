@@ -1,5 +1,7 @@
-"""The discrete-event simulation: jobs arrive, become runnable, wait in their site's queue,
-take slots on pilots, (read from shared storage,) compute, finish. One ``heapq`` of events.
+"""The discrete-event simulation: jobs arrive, wait for their parents, become runnable, wait
+in their site's queue, take slots on pilots, (read from shared storage,) compute; a failed
+attempt is requeued after its retry's wait and runs again; the last one's result ends the
+job, and its end may make its children runnable. One ``heapq`` of events.
 
 How the pilots are modelled, and why:
 
@@ -9,8 +11,9 @@ How the pilots are modelled, and why:
   that does not fit means no later job of its width does).
 * A job of one node takes one slot of any node of an open pilot; a job of ``n > 1`` nodes
   takes ``n`` whole idle nodes of one pilot (an MPI job).
-* A job holds its slot from the moment it is dispatched for its recorded dispatch delay,
-  the pilot's overhead, its I/O, then its compute; it finishes ``finish_s`` after.
+* An attempt holds its slot from the moment it is dispatched for its recorded dispatch
+  delay, the pilot's overhead, its I/O, then its compute. A job ends ``finish_s`` after its
+  last attempt's result; a child is runnable ``prepare_s`` after its last parent's end.
 * Pilots stay for the whole run (wall time is not modelled).
 
 With ``strategy`` set, every job is routed when it is submitted, among the sites whose
@@ -30,7 +33,13 @@ from dataclasses import dataclass, field, replace
 
 from lodestream.client.analytics.simulate.calibrate import Calibration
 from lodestream.client.analytics.simulate.errors import BadScenario
-from lodestream.client.analytics.simulate.model import JobTrace, Scenario, amdahl_s
+from lodestream.client.analytics.simulate.model import (
+    Attempt,
+    JobTrace,
+    Scenario,
+    amdahl_s,
+    workload,
+)
 from lodestream.client.analytics.simulate.storage import SharedStorage
 from lodestream.schemas.resources import JobResources
 from lodestream.services.api.capacity import (
@@ -152,19 +161,28 @@ def simulate(cal: Calibration, scenario: Scenario) -> Prediction:
 
 class _Run:
     def __init__(self, cal: Calibration, scenario: Scenario) -> None:
-        self.jobs = cal.jobs
+        self.jobs = workload(cal.jobs, scenario)
+        n = len(self.jobs)
         self.scenario = scenario
-        self.nodes = [scenario.nodes_per_job or job.num_nodes for job in cal.jobs]
-        self.compute = [_compute_s(job, scenario) for job in cal.jobs]
+        self.nodes = [scenario.nodes_per_job or job.num_nodes for job in self.jobs]
         self.sites = {site: _Site() for site in cal.pilots}
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0
         self.alloc: dict[int, tuple[_Pilot, tuple[int, ...]]] = {}
-        self.site_of: list[str] = [job.site for job in cal.jobs]
-        self.runnable_at = [0.0] * len(cal.jobs)
-        self.started_at = [0.0] * len(cal.jobs)
+        self.site_of: list[str] = [job.site for job in self.jobs]
+        self.attempt = [0] * n  # the attempt each job is at
+        self.pending = [len(job.parents) for job in self.jobs]  # parents not ended
+        self.parents_end = [0.0] * n
+        self.children: list[list[int]] = [[] for _ in range(n)]
+        for i, job in enumerate(self.jobs):
+            for parent in job.parents:
+                self.children[parent].append(i)
+        self.arrived = [scenario.strategy is None] * n  # routed to its site
+        self.runnable_at = [0.0] * n
+        self.started_at = [0.0] * n
         self.run_times = RunTimes()  # each app's median across the sites
         self.waited = 0.0
+        self.runs = 0
         self.end = 0.0
         self.opening: list[tuple[str, _Pilot]] = []
         bandwidth = self._bandwidth(cal)
@@ -177,11 +195,29 @@ class _Run:
                                                   list(shape.slots_per_node))))  # fmt: skip
                 self._push(shape.opens_at, _OPEN, len(self.opening) - 1)
         self._check_fits()
-        for i, job in enumerate(cal.jobs):
-            if scenario.strategy is None:
-                self._push(job.arrival + job.prepare_s, _RUNNABLE, i)
-            else:
+        for i, job in enumerate(self.jobs):
+            if scenario.strategy is not None:
                 self._push(job.arrival, _ARRIVE, i)
+            elif not self.pending[i]:
+                self._ready(i)
+
+    def _ready(self, i: int) -> None:
+        """Job ``i`` is at its site and its parents have ended: it becomes runnable
+        ``prepare_s`` later (or, with no attempt, ends ``finish_s`` after that)."""
+        job = self.jobs[i]
+        at = max(job.arrival, self.parents_end[i]) + job.prepare_s
+        if job.attempts:
+            self._push(at + job.attempts[0].backoff_s, _RUNNABLE, i)
+        else:
+            self._ended(i, at + job.finish_s)
+
+    def _ended(self, i: int, at: float) -> None:
+        self.end = max(self.end, at)
+        for child in self.children[i]:
+            self.pending[child] -= 1
+            self.parents_end[child] = max(self.parents_end[child], at)
+            if not self.pending[child] and self.arrived[child]:
+                self._ready(child)
 
     def _bandwidth(self, cal: Calibration) -> float | None:
         if cal.storage is None:
@@ -189,7 +225,9 @@ class _Run:
                 raise BadScenario("a bandwidth needs an I/O model of the recording: give "
                                   "its I/O fraction and the bandwidth it ran with")  # fmt: skip
             return None
-        return self.scenario.bandwidth or cal.storage.bandwidth
+        return self.scenario.bandwidth or cal.storage.bandwidth * (
+            self.scenario.bandwidth_factor or 1.0
+        )
 
     def _check_fits(self) -> None:
         widest = max(state.widest for state in self.sites.values())
@@ -225,7 +263,7 @@ class _Run:
             elif kind == _IO:
                 storage = self.sites[self.site_of[i]].storage
                 assert storage is not None  # an _IO event is pushed only with storage
-                storage.add(now, i, self.jobs[i].io_bytes)
+                storage.add(now, i, self.jobs[i].attempts[self.attempt[i]].io_bytes)
             elif kind == _OPEN:
                 name, pilot = self.opening[i]
                 self.sites[name].opened(pilot)
@@ -235,8 +273,8 @@ class _Run:
         per_site: dict[str, int] = dict.fromkeys(self.sites, 0)
         for name in self.site_of:
             per_site[name] += 1
-        n = len(self.jobs)
-        return Prediction(self.end, n, self.waited / n if n else 0.0, per_site)
+        runs = self.runs
+        return Prediction(self.end, len(self.jobs), self.waited / runs if runs else 0.0, per_site)
 
     def _route(self, i: int, now: float) -> None:
         job = self.jobs[i]
@@ -256,7 +294,9 @@ class _Run:
         routed.load.assigned[job.app] = routed.load.assigned.get(job.app, 0) + 1
         routed.queued[job.app] = routed.queued.get(job.app, 0) + 1
         self.site_of[i] = chosen
-        self._push(now + job.prepare_s, _RUNNABLE, i)
+        self.arrived[i] = True
+        if not self.pending[i]:
+            self._ready(i)
 
     def _dispatch(self, site: _Site, now: float) -> None:
         """Start the earliest runnable job that fits, until none does. A job that does not
@@ -283,33 +323,45 @@ class _Run:
                 blocked.add(width)
 
     def _start(self, i: int, now: float) -> None:
-        job = self.jobs[i]
+        attempt = self.jobs[i].attempts[self.attempt[i]]
         self.waited += now - self.runnable_at[i]
+        self.runs += 1
         self.started_at[i] = now
-        ready = now + job.dispatch_s + job.overhead_s
-        if job.io_bytes > 0 and self.sites[self.site_of[i]].storage is not None:
+        ready = now + attempt.dispatch_s + attempt.overhead_s
+        if attempt.io_bytes > 0 and self.sites[self.site_of[i]].storage is not None:
             self._push(ready, _IO, i)
         else:
-            self._push(ready + self.compute[i], _DONE, i)
+            self._push(ready + self._compute_s(i), _DONE, i)
+
+    def _compute_s(self, i: int) -> float:
+        return _compute_s(self.jobs[i], self.jobs[i].attempts[self.attempt[i]], self.scenario)
 
     def _io_ended(self, name: str, now: float) -> None:
         storage = self.sites[name].storage
         assert storage is not None
         for i in storage.pop_ended(now):
-            self._push(now + self.compute[i], _DONE, i)
+            self._push(now + self._compute_s(i), _DONE, i)
 
     def _done(self, i: int, now: float) -> None:
         pilot, taken = self.alloc.pop(i)
         pilot.give_back(taken, self.nodes[i])
-        self.end = max(self.end, now + self.jobs[i].finish_s)
+        job = self.jobs[i]
         site = self.sites[self.site_of[i]]
+        last = self.attempt[i] + 1 == len(job.attempts)
         if self.scenario.strategy is not None:
-            app = self.jobs[i].app
-            site.load.backlog -= 1
-            site.queued[app] -= 1
-            site.ran(app, now - self.started_at[i])
-            pooled = [r for other in self.sites.values() for r in other.runs.get(app, ())]
-            self.run_times = RunTimes({**self.run_times.elsewhere, app: statistics.median(pooled)})
+            if last:
+                site.load.backlog -= 1
+                site.queued[job.app] -= 1
+            site.ran(job.app, now - self.started_at[i])
+            pooled = [r for other in self.sites.values() for r in other.runs.get(job.app, ())]
+            self.run_times = RunTimes({**self.run_times.elsewhere,
+                                       job.app: statistics.median(pooled)})  # fmt: skip
+        if last:
+            self._ended(i, now + job.finish_s)
+        else:
+            self.attempt[i] += 1
+            again = job.attempts[self.attempt[i]]
+            self._push(now + again.requeue_s + again.backoff_s, _RUNNABLE, i)
         self._dispatch(site, now)
 
 
@@ -322,10 +374,10 @@ def _first_io_end(storages: list[tuple[str, SharedStorage]]) -> tuple[str, float
     return first, at
 
 
-def _compute_s(job: JobTrace, scenario: Scenario) -> float:
-    """The job's compute time on its scenario's nodes (Amdahl, from its recorded nodes)."""
+def _compute_s(job: JobTrace, attempt: Attempt, scenario: Scenario) -> float:
+    """The attempt's compute time on its scenario's nodes (Amdahl, from its recorded nodes)."""
     if scenario.nodes_per_job is None or scenario.nodes_per_job == job.num_nodes:
-        return job.compute_s
+        return attempt.compute_s
     p = scenario.parallel_fraction
-    one_node = job.compute_s / ((1.0 - p) + p / job.num_nodes)
+    one_node = attempt.compute_s / ((1.0 - p) + p / job.num_nodes)
     return amdahl_s(one_node, p, scenario.nodes_per_job)

@@ -8,7 +8,7 @@ law) are the two pure functions here, so they can be checked by hand.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from lodestream.client.analytics.simulate.errors import BadScenario
 from lodestream.schemas.strategies import STRATEGIES, Strategy
@@ -27,24 +27,43 @@ def io_s(nbytes: float, bandwidth: float, concurrent: int) -> float:
 
 
 @dataclass(frozen=True, slots=True)
-class JobTrace:
-    """One job as the simulator replays it: when it came, what each stage cost it.
+class Attempt:
+    """One run of a job as the simulator replays it.
 
-    ``compute_s`` is on ``num_nodes`` nodes; ``io_bytes`` (0: no I/O modelled) is read from
-    the site's shared storage before it computes. ``overhead_s`` is what the pilot spends in
-    the slot besides the process (spawning it, reporting it).
+    ``compute_s`` is on the job's nodes; ``io_bytes`` (0: no I/O modelled) is read from the
+    site's shared storage before it computes. ``overhead_s`` is what the pilot spends in
+    the slot besides the process (spawning it, reporting it). ``requeue_s`` and
+    ``backoff_s`` (0 for a first attempt) are the wait from the previous attempt's result:
+    the site deciding to retry, then the retry policy's backoff, before any pilot may take it.
+    """
+
+    dispatch_s: float  # a slot free (or the job eligible, if later) → the lease
+    overhead_s: float
+    compute_s: float
+    io_bytes: float = 0.0
+    requeue_s: float = 0.0
+    backoff_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobTrace:
+    """One job as the simulator replays it: when it came, what it waits for, its attempts.
+
+    ``parents`` are indices into the calibration's jobs: the job is runnable ``prepare_s``
+    after its arrival or its last parent's end, whichever is later (the controller's steps,
+    staging in, preprocessing). Its attempts run in turn; it ends ``finish_s`` after the
+    last one's result (staging out, postprocessing, or giving up). A job with no attempt
+    (failed before it ran) ends ``finish_s`` after it would have become runnable.
     """
 
     site: str
     app: str
     num_nodes: int
     arrival: float  # seconds after the run's first submission
-    prepare_s: float  # created → runnable (controller, site processing)
-    dispatch_s: float  # a slot free (or the job runnable, if later) → the lease
-    overhead_s: float
-    compute_s: float
-    io_bytes: float
-    finish_s: float  # the run's result → job.finished
+    prepare_s: float  # arrival or parents' end → runnable
+    attempts: tuple[Attempt, ...]
+    finish_s: float  # the last result → job.finished (or job.failed)
+    parents: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +89,12 @@ class Scenario:
     ``strategy`` re-routes every job across the recorded sites as ``site: "auto"`` would.
     ``bandwidth``: the storage tier's (needs an I/O model in the calibration).
     ``nodes_per_job`` with ``parallel_fraction``: Amdahl speed-up of the compute part.
+    ``pilots_factor``: each site's recorded pilots, that many times over. ``jobs_factor``:
+    the workload submitted that many times (each copy with its own dependencies), at the
+    recorded times. ``arrival_rate``: submissions re-spaced evenly at that many a second,
+    in the recorded order. ``bandwidth_factor``: the storage tier that many times as fast.
+    ``speed``: runs that many times as fast (another site's speed: the ratio of its run
+    times to the recorded ones).
     """
 
     pilots: int | None = None
@@ -80,10 +105,21 @@ class Scenario:
     nodes_per_job: int | None = None
     parallel_fraction: float = 1.0
     sites: dict[str, tuple[int | None, int | None, int | None]] = field(default_factory=dict)
+    pilots_factor: int | None = None
+    jobs_factor: int | None = None
+    arrival_rate: float | None = None
+    bandwidth_factor: float | None = None
+    speed: float | None = None
 
     def __post_init__(self) -> None:
         counts = {"pilots": self.pilots, "nodes": self.nodes, "slots": self.slots,
-                  "nodes per job": self.nodes_per_job}  # fmt: skip
+                  "nodes per job": self.nodes_per_job, "pilots factor": self.pilots_factor,
+                  "jobs factor": self.jobs_factor}  # fmt: skip
+        rates = {"arrival rate": self.arrival_rate, "bandwidth factor": self.bandwidth_factor,
+                 "speed": self.speed}  # fmt: skip
+        for name, rate in rates.items():
+            if rate is not None and not (rate > 0 and math.isfinite(rate)):
+                raise BadScenario(f"{name} must be a positive number, got {rate}")
         for name, value in counts.items():
             if value is not None and not 1 <= value <= 1_000_000:
                 raise BadScenario(f"{name} must be between 1 and 1,000,000, got {value}")
@@ -109,7 +145,7 @@ class Scenario:
         did, in turn; a changed node count keeps the recorded slots of a node."""
         pilots, nodes, slots = self.sites.get(site, (None, None, None))
         pilots, nodes, slots = pilots or self.pilots, nodes or self.nodes, slots or self.slots
-        count = pilots or len(recorded)
+        count = pilots or len(recorded) * (self.pilots_factor or 1)
         shaped = []
         for i in range(count):
             base = recorded[i % len(recorded)]
@@ -120,3 +156,20 @@ class Scenario:
                 per_node = (slots,) * len(per_node)
             shaped.append(PilotShape(base.opens_at, per_node))
         return tuple(shaped)
+
+
+def workload(jobs: tuple[JobTrace, ...], scenario: Scenario) -> tuple[JobTrace, ...]:
+    """The jobs ``scenario`` submits: ``jobs_factor`` copies (each copy's parents its own),
+    arrivals re-spaced at ``arrival_rate``, compute ``speed`` times as fast."""
+    n = len(jobs)
+    out = [replace(job, parents=tuple(p + copy * n for p in job.parents))
+           for copy in range(scenario.jobs_factor or 1) for job in jobs]  # fmt: skip
+    if scenario.arrival_rate is not None:
+        order = sorted(range(len(out)), key=lambda i: (out[i].arrival, i))
+        for rank, i in enumerate(order):
+            out[i] = replace(out[i], arrival=rank / scenario.arrival_rate)
+    if scenario.speed is not None:
+        speed = scenario.speed
+        out = [replace(job, attempts=tuple(replace(a, compute_s=a.compute_s / speed)
+                                           for a in job.attempts)) for job in out]  # fmt: skip
+    return tuple(out)
