@@ -59,12 +59,13 @@ from lodestream.agents.launcher.decide import (
 )
 from lodestream.agents.launcher.diffusion import Diffusion, count
 from lodestream.agents.launcher.errors import ExpiredBeforeOpened
-from lodestream.agents.launcher.jobs import make_workdir, run_end, task_spec
+from lodestream.agents.launcher.jobs import job_start, make_workdir, run_end
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.tasks import Reaper, Tracked
+from lodestream.agents.launcher.warm import WarmPool
 from lodestream.agents.launcher.watch import JobWatch
 from lodestream.agents.launcher.work import (
     JobKey,
@@ -82,7 +83,7 @@ from lodestream.eventlog.outbox import Outbox
 from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
 from lodestream.eventlog.transient import transient
 from lodestream.platform_adapters.compute.base import NodeSpec
-from lodestream.platform_adapters.errors import ResourceError
+from lodestream.platform_adapters.errors import ResourceError, StartFailed
 from lodestream.platform_adapters.launchers.base import AppLauncher, RunningTask, TaskSpec
 from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePacker
 from lodestream.schemas.envelope import Event
@@ -133,6 +134,7 @@ class Launcher:
         filter_tags: Mapping[str, str] | None = None,
         outbox: Outbox | None = None,
         mpi_broken: str | None = None,
+        warm: WarmPool | None = None,
     ) -> None:
         self._js = js
         # At a leaf-node site, where results the hub does not answer for are kept.
@@ -164,6 +166,9 @@ class Launcher:
         self._batch = batch  # the batch job we run in, named in the causes of what we drain
         self._diffusion = diffusion  # node caches and data-aware dispatch; None: off
         self._reaper = Reaper()
+        # Warm Python workers for function apps (agents/launcher/warm/); None: every job is
+        # started by the app launcher.
+        self._warm = warm
         self._jobs: set[asyncio.Task[None]] = set()
         # What we hold, from the offer until the task is reported: one entry per job.
         self._held: dict[JobKey, WorkItem] = {}
@@ -183,6 +188,16 @@ class Launcher:
     # --- lifecycle ------------------------------------------------------------------------
 
     async def run(self, stop: asyncio.Event) -> LauncherReport:
+        warming = None if self._warm is None else asyncio.create_task(self._warm.open())
+        try:
+            return await self._run_opened(stop)
+        finally:
+            if warming is not None:
+                await warming
+            if self._warm is not None:
+                self._warm.close()
+
+    async def _run_opened(self, stop: asyncio.Event) -> LauncherReport:
         unopened = await self._open(stop)
         if unopened is not None:
             self.report.exit_reason = unopened
@@ -592,10 +607,18 @@ class Launcher:
         like a task that cannot be executed: the error names it.
         """
         spawning_at = time.time()
-        spec = task_spec(item, allocation, self._apps.get(item.spec.app),
-                         data_dir=self._data_dir, base_env=self._base_env)  # fmt: skip
-        if isinstance(spec, str):
-            return spec
+        app = self._apps.get(item.spec.app)
+        start = job_start(item, allocation, app, data_dir=self._data_dir,
+                          base_env=self._base_env)  # fmt: skip
+        if isinstance(start, str):
+            return start
+        spec, call = start
+        if call is not None and self._warm is not None and self._warm.runs(app):
+            try:  # a frame to a forked worker: no thread, no exec
+                task: RunningTask = await self._warm.start(spec, call)
+            except StartFailed as exc:
+                return str(exc)
+            return self._reaper.track(task, spawning_at=spawning_at)
         try:
             task, started_at = await asyncio.to_thread(_spawn, self._app_launcher, spec)
         except Exception as exc:
