@@ -83,6 +83,8 @@ TRANSITIONS: Final[dict[str, Transition]] = {
         _t("job.leased", set(RUNNABLE), None, "launcher", SITE, lease="acquire"),
         _t("job.lease_released", set(RUNNABLE), None, "launcher", SITE, lease="release"),
         _t("job.lease_expired", set(RUNNABLE), None, "controller", CONTROL, lease="release"),
+        # A pilot that can never run the job says so; the job stays runnable for another.
+        _t("job.placement_refused", set(RUNNABLE), None, "launcher", SITE),
         _t("job.started", set(RUNNABLE), S.RUNNING, "lease holder", SITE, lease="require"),
         _t("job.run_done", {S.RUNNING}, S.RUN_DONE, "lease holder", SITE, lease="end"),
         _t("job.run_errored", {S.RUNNING}, S.RUN_ERROR, "lease holder", SITE, lease="end"),

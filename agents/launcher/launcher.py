@@ -61,6 +61,7 @@ from lodestream.agents.launcher.diffusion import Diffusion, count
 from lodestream.agents.launcher.errors import ExpiredBeforeOpened
 from lodestream.agents.launcher.jobs import job_start, make_workdir, run_end
 from lodestream.agents.launcher.reads import created_spec
+from lodestream.agents.launcher.refusals import note_refusal
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
@@ -438,7 +439,12 @@ class Launcher:
             self.report.refused += 1
             log.warning("launcher: job %s is not for this pilot: %s", item.job_id, refused.reason)
         if not refused.nowhere:
-            await settle(item.msg.nak(delay=REFUSED_NAK_DELAY_S))
+            # On record once per runnable event (refusals.py): the job's history says why.
+            noted = not item.refused and await note_refusal(
+                self._log, item, session_id=self.session.id, actor=self.session.actor,
+                reason=refused.reason,
+            )  # fmt: skip
+            await settle(item.msg.ack() if noted else item.msg.nak(delay=REFUSED_NAK_DELAY_S))
             return
         self._held[item.key] = item
         job = asyncio.create_task(self._fail_unrunnable(item, refused.reason))
