@@ -100,6 +100,7 @@ class BatchView:
     scheduler: str = ""
     scheduler_id: str | None = None
     deletion_id: uuid.UUID | None = None  # the deletion request's event id, if there is one
+    reason: str = ""  # the scheduler's words with the last queued or running event (why it waits)
 
     @property
     def final(self) -> bool:
@@ -145,6 +146,7 @@ def apply_batch(view: BatchView | None, seq: int, event: Event) -> BatchView | N
             changes["observed"] = B.FINISHED
         case _ if event.type in {"batch.queued", "batch.running"}:
             changes["observed"] = B(event.type.partition(".")[2])
+            changes["reason"] = str(getattr(event.data, "reason", ""))
     return replace(view, **changes)
 
 

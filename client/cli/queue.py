@@ -29,11 +29,11 @@ def queue_ls(
         typer.echo(json.dumps(batch_jobs))
         return
     table = Table("id", "site", "state", "scheduler id", "nodes", "wall min", "queue", "mode",
-                  "ended", "updated")  # fmt: skip
+                  "waiting for", "ended", "updated")  # fmt: skip
     for job in batch_jobs:
         table.add_row(
             job["id"], job["site"], job["state"], _scheduler_id(job), str(job["num_nodes"]),
-            str(job["wall_time_min"]), job["queue"], job["job_mode"], _ended(job),
+            str(job["wall_time_min"]), job["queue"], job["job_mode"], _waiting(job), _ended(job),
             str(job["updated_at"]),
         )  # fmt: skip
     console.print(table)
@@ -48,6 +48,11 @@ def _scheduler_id(job: dict[str, Any]) -> str:
 
 def _ended(job: dict[str, Any]) -> str:
     """How it ended: the scheduler's state and exit code, or why it was never submitted."""
+def _waiting(job: dict[str, Any]) -> str:
+    """Why the scheduler has not started it yet, in its words (Slurm's pending reason)."""
+    return str(job.get("reason") or "") if job["state"] == "queued" else ""
+
+
     words = [job.get("scheduler_state") or ""]
     if job.get("exit_code") is not None:
         words.append(f"exit {job['exit_code']}")

@@ -22,7 +22,9 @@ from lodestream.schemas.events import (
     AppUpdated,
     BatchJobDeletionRequested,
     BatchJobFinished,
+    BatchJobQueued,
     BatchJobRequested,
+    BatchJobRunning,
     BatchJobSubmitFailed,
     BatchJobSubmitted,
     JobCreated,
@@ -102,6 +104,8 @@ class Changes:
 
 # The aggregates a batch folds onto from earlier batches, and loads when they are not known.
 LOADED_KINDS = ("job", "batch", "xfer")
+# The states in which a batch job's reason is the scheduler's word on it as it stands.
+_OBSERVED = frozenset({BatchJobState.QUEUED, BatchJobState.RUNNING})
 
 
 def ids_to_load(
@@ -297,6 +301,10 @@ class Projection:
                 self._batch(event, seq, state, exit_code=data.exit_code, reason=data.reason,
                             scheduler_state=data.state or None)  # fmt: skip
             case BatchJobSubmitFailed(data=data) | BatchJobDeletionRequested(data=data):
+                self._batch(event, seq, state, reason=data.reason)
+            case BatchJobQueued(data=data) | BatchJobRunning(data=data) if state in _OBSERVED:
+                # Why it waits (Slurm's Priority, PartitionNodeLimit): cleared once it runs. A
+                # deletion's reason stays while the scheduler still lists the job.
                 self._batch(event, seq, state, reason=data.reason)
             case _:
                 self._batch(event, seq, state)

@@ -380,3 +380,25 @@ def test_a_job_with_no_trace_vanishes_after_the_set_number_of_syncs() -> None:
     assert data.reason == (  # type: ignore[attr-defined]
         "vanished from the queue: slurm lists no job 42 and has no record of it"
     )
+
+
+def test_a_queued_job_is_queued_again_only_when_the_reason_it_waits_changes() -> None:
+    """Slurm's pending reason reaches the log once per change, not once per sync."""
+    first = decide.on_status(live(B.SUBMITTED), status(SchedulerState.QUEUED, reason="Priority"))
+    assert first is not None
+    waiting = apply_batch(live(B.SUBMITTED), 11, first.event)
+    assert waiting is not None
+    assert (waiting.observed, waiting.reason) == (B.QUEUED, "Priority")
+    same = status(SchedulerState.QUEUED, reason="Priority")
+    assert decide.on_status(waiting, same) is None
+    changed = decide.on_status(waiting, status(SchedulerState.QUEUED, reason="PartitionNodeLimit"))
+    assert changed is not None
+    assert changed.event.type == "batch.queued"
+    assert changed.event.data.reason == "PartitionNodeLimit"  # type: ignore[attr-defined]
+    assert changed.expect == 11
+    running = apply_batch(waiting, 12, changed.event)
+    assert running is not None
+    assert decide.on_status(running, status(SchedulerState.RUNNING)) is not None
+    # A running job's reason changing is no news: only why it waits is.
+    ran = replace(running, observed=B.RUNNING)
+    assert decide.on_status(ran, status(SchedulerState.RUNNING, reason="Prolog")) is None

@@ -4,6 +4,7 @@ scheduler says to the event the site appends.
     a request (batch.requested)   → submit | adopt what a crashed try submitted | nothing
     a deletion request            → cancel at the scheduler | end it before it was submitted
     a sync (status, accounting)   → batch.queued | batch.running | batch.finished | nothing
+                                    (batch.queued again when the reason it waits changes)
 
 Every event is an :class:`Append`: the event and the sequence it chains on (the batch job's
 last, compare-and-set), with an id derived from its cause, so that deciding again after a
@@ -180,17 +181,22 @@ def on_status(
     """The event the scheduler's listing of the job calls for; None if nothing changed.
 
     Only a change is appended: queued and running as the scheduler moves the job (a requeue
-    goes back to queued), and its end with the scheduler's exit code, final state and words,
+    goes back to queued), queued again when the reason it waits changes (Slurm's
+    ``Priority``, ``Resources``, ``PartitionNodeLimit``: the one place a user learns why it
+    does not start), and its end with the scheduler's exit code, final state and words,
     or as its pilot saw it (``pilot_end``, :func:`ended_as`).
     """
     target = BATCH_STATE_FOR_SCHEDULER_STATE[status.state]
-    if target is None or target is view.observed:
+    if target is None:
         return None  # a state the adapter does not know is logged there, never guessed at
+    reason = _clip(status.reason)
+    if target is view.observed and (target is not BatchJobState.QUEUED or reason == view.reason):
+        return None
     if target is BatchJobState.FINISHED:
         state, reason = ended_as(status.state, _words(view, status), pilot_end)
         return _finished(view, state, status.exit_code, reason)
     kind = BatchJobQueued if target is BatchJobState.QUEUED else BatchJobRunning
-    return _sync(view, kind, BatchReasonData(reason=_clip(status.reason)))
+    return _sync(view, kind, BatchReasonData(reason=reason))
 
 
 @dataclass(frozen=True, slots=True)
