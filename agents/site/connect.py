@@ -11,6 +11,7 @@ from typing import Any
 import nats.errors
 from nats.aio.client import Client
 
+from lodestream import natsprivate
 from lodestream.agents.site.credential import CredentialWatch
 from lodestream.agents.site.retry import retry_until
 from lodestream.agents.site.settings import SiteSettings
@@ -98,7 +99,7 @@ async def disconnect(nc: Client) -> None:
             # Refused by the server (a revoked key): nats-py writes what it buffered while
             # reconnecting into a websocket that is already closing, and raises before it
             # closes its transport. Finish for it, or the aiohttp session stays open.
-            transport: Any = nc._transport
+            transport = natsprivate.transport_of(nc)
             if transport is not None:
                 transport.close()
                 with contextlib.suppress(Exception):

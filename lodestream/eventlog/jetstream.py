@@ -39,6 +39,7 @@ from nats.js import JetStreamContext
 from nats.js.api import PubAck
 from nats.js.errors import APIError
 
+from lodestream import natsprivate
 from lodestream.eventlog.wire import Outgoing
 
 # nats-py's async reply subjects: <inbox prefix>.<22-char nuid>.<token>
@@ -58,7 +59,7 @@ class JetStream(JetStreamContext):
         self._batch_tokens = itertools.count()
 
     async def _handle_async_reply(self, msg: Any) -> None:
-        token = msg.subject[len(self._nc._inbox_prefix) + _REPLY_PREFIX_EXTRA :]
+        token = msg.subject[len(natsprivate.inbox_prefix(self._nc)) + _REPLY_PREFIX_EXTRA :]
         future = self._publish_async_futures.get(token)
         if future is None or future.done():
             return
@@ -129,15 +130,13 @@ class JetStream(JetStreamContext):
             )
             commands += (headers, payload, b"\r\n")
         chunk = b"".join(commands)
-        if not nc.is_connected and nc._pending_data_size + len(chunk) > nc._max_pending_size:
+        if natsprivate.would_overflow(nc, len(chunk)):
             # Reconnecting: nats-py buffers what fits its pending buffer, and so do we.
             raise OutboundBufferLimitError
         self._publish_async_completed_event.clear()
         nc.stats["out_msgs"] += len(messages)
         nc.stats["out_bytes"] += sum(len(message.payload) for message, _ in messages)
-        await nc._send_command(chunk)
-        if nc._flush_queue is not None and nc._flush_queue.empty():
-            await nc._flush_pending()
+        await natsprivate.write(nc, chunk)
 
     def _batch_done(self, token: str, _future: asyncio.Future[PubAck]) -> None:
         self._publish_async_futures.pop(token, None)

@@ -30,6 +30,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.errors import APIError
 
+from lodestream import natsprivate
 from lodestream.schemas.topology import next_subject
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class PullConsumer:
     @classmethod
     def on(cls, js: Any, stream: str, durable: str) -> PullConsumer:
         """A consumer on ``js``'s connection, not started yet."""
-        return cls(js._nc, stream, durable, api=js._prefix)
+        return cls(natsprivate.connection_of(js), stream, durable, api=natsprivate.api_prefix(js))
 
     async def start(self) -> PullConsumer:
         """Subscribe a fresh inbox; after :meth:`stop`, also to start over on a new consumer."""
@@ -69,7 +70,7 @@ class PullConsumer:
 
     async def fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109 - also the pull expiry sent to the server
         """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
-        queue: asyncio.Queue[Msg] = self._sub._pending_queue
+        queue = natsprivate.pending_queue(self._sub)
         loop = asyncio.get_running_loop()
         msgs = self._drain(queue, batch)
         if len(msgs) < batch and (self._remaining <= 0 or loop.time() > self._open_until):

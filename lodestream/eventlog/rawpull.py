@@ -31,11 +31,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Final, NamedTuple
 
 from nats.aio.client import Client
 
+from lodestream import natsprivate
 from lodestream.eventlog.errors import ReadError
 from lodestream.schemas.topology import next_subject
 
@@ -43,8 +44,6 @@ Take = Callable[[bytes, bytes, bytes, bytes | None], None]
 Keep = Callable[[bytes], bool]
 Wire = tuple[bytes, bytes, bytes, bytes | None]
 """A message as the connection's parser gave it: subject, reply subject, body, headers."""
-# nats-py types the headers as bytes, but passes None for a message without any.
-ProcessMsg = Callable[..., Coroutine[Any, Any, None]]
 
 _ROUTES: Final = "_lodestream_raw_routes"
 _ACK_PREFIX: Final = b"$JS.ACK."
@@ -100,7 +99,7 @@ class RawPull:
     @classmethod
     def on(cls, js: Any, stream: str, name: str) -> RawPull:
         """A reader on ``js``'s connection and API prefix, not started yet."""
-        return cls(js._nc, stream, name, api=js._prefix)
+        return cls(natsprivate.connection_of(js), stream, name, api=natsprivate.api_prefix(js))
 
     async def start(self) -> RawPull:
         # Nothing of an earlier inbox is kept: what it held was sent by a consumer that may
@@ -112,8 +111,8 @@ class RawPull:
         # Subscribed through nats-py, so the server routes the inbox here and a reconnect
         # subscribes it again; its deliveries never reach the subscription's queue.
         sub = await self._nc.subscribe(self._inbox)
-        self._sid = sub._id
-        _routes(self._nc)[sub._id] = self._take
+        self._sid = natsprivate.subscription_id(sub)
+        _routes(self._nc)[self._sid] = self._take
         return self
 
     async def stop(self) -> None:
@@ -122,7 +121,7 @@ class RawPull:
         sid, self._sid = self._sid, None
         # Unsubscribed first: what the open requests still send until the server has the
         # UNSUB comes here and is dropped, never into nats-py's queue for the inbox.
-        sub = self._nc._subs.get(sid)
+        sub = natsprivate.subscription(self._nc, sid)
         if sub is not None:
             await sub.unsubscribe()
         _unroute(self._nc, sid)
@@ -269,7 +268,7 @@ def _routes(nc: Client) -> dict[int, Take]:
     routes: dict[int, Take] | None = nc.__dict__.get(_ROUTES)
     if routes is None:
         routes = {}
-        deliver: ProcessMsg = nc._process_msg
+        deliver = natsprivate.delivery_of(nc)
         route = routes.get
 
         async def process_msg(
@@ -281,9 +280,8 @@ def _routes(nc: Client) -> dict[int, Take]:
             else:
                 take(subject, reply, data, headers)
 
-        # The parser calls the connection's _process_msg for every MSG and HMSG it reads.
         nc.__dict__[_ROUTES] = routes
-        nc.__dict__["_process_msg"] = process_msg
+        natsprivate.replace_delivery(nc, process_msg)
     return routes
 
 
@@ -292,4 +290,4 @@ def _unroute(nc: Client, sid: int) -> None:
     routes.pop(sid, None)
     if not routes:  # the last raw reader gone: nats-py's own delivery, untouched
         nc.__dict__.pop(_ROUTES, None)
-        nc.__dict__.pop("_process_msg", None)
+        natsprivate.restore_delivery(nc)

@@ -13,6 +13,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from lodestream import natsprivate
 from lodestream.eventlog import Appended, ConflictError, EventLog
 from lodestream.eventlog.streams import ensure_streams
 from lodestream.infra.nats.auth import site_inbox_prefix
@@ -60,7 +61,7 @@ async def site_nc(secure_nats: SecureNats, control: JetStreamContext) -> AsyncIt
 
 def _count_frames(nc: Client) -> list[int]:
     """Record the size of every websocket frame ``nc`` sends from now on."""
-    transport: Any = nc._transport
+    transport = natsprivate.transport_of(nc)
     assert isinstance(transport, CoalescingWebSocketTransport)
     ws: Any = transport._ws
     sizes: list[int] = []

@@ -17,6 +17,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from lodestream import natsprivate
 from lodestream.eventlog.errors import ReadError
 from lodestream.eventlog.rawpull import Delivery, RawPull
 from lodestream.schemas.subjects import EVENTS_STREAM
@@ -144,10 +145,10 @@ async def test_a_subject_that_is_not_utf8_is_read_with_replacement_characters(
 ) -> None:
     # nats-py only sends str subjects; a site can write the protocol line itself, and the
     # server stores it on the site's subjects (tests/security/test_malformed_bytes.py).
-    transport = nc._transport
+    transport = natsprivate.transport_of(nc)
     assert transport is not None
     transport.write(b"PUB evt.alpha.job.\xff\xfe.created 2\r\n{}\r\n")
-    await transport.drain()  # type: ignore[no-untyped-call]
+    await transport.drain()
     await store(js, 1)
     await durable(js)
     pull = await RawPull.on(js, EVENTS_STREAM, DURABLE).start()
