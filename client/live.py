@@ -35,7 +35,10 @@ from lodestream.schemas.states import FINAL, TRANSITIONS, JobState
 
 WINDOW_S: Final = 10.0
 RECENT_FAILURES: Final = 10
-_FAILURES: Final = frozenset({"job.failed", "job.run_errored", "job.run_timed_out"})
+# A pilot's refusal too: the one word on a job that waits for a pilot that never comes.
+_FAILURES: Final = frozenset(
+    {"job.failed", "job.run_errored", "job.run_timed_out", "job.placement_refused"}
+)
 _RESETTABLE: Final = frozenset({JobState.FAILED, JobState.KILLED})
 
 

@@ -30,9 +30,11 @@ from lodestream.schemas.events import (
     JobCreated,
     JobFailed,
     JobFinished,
+    JobPlacementRefused,
     JobRunDone,
     JobRunErrored,
     JobRunTimedOut,
+    JobStarted,
     ScalerBacklog,
     ScalerDecided,
     SessionClosed,
@@ -104,6 +106,9 @@ class Changes:
 
 # The aggregates a batch folds onto from earlier batches, and loads when they are not known.
 LOADED_KINDS = ("job", "batch", "xfer")
+# A job's last_error while a pilot's refusal is the newest word on it (job.placement_refused):
+# `lode job show` and the API's job reads say why no pilot takes it.
+REFUSED_BY = "no pilot takes it: refused by pilot "
 # The states in which a batch job's reason is the scheduler's word on it as it stands.
 _OBSERVED = frozenset({BatchJobState.QUEUED, BatchJobState.RUNNING})
 
@@ -441,5 +446,9 @@ def _record_outcome(progress: JobProgress, event: Event) -> None:
             progress.last_error = data.stderr_tail or "; ".join(data.cause) or None
         case JobFailed(data=data):
             progress.last_error = "; ".join((data.reason, *data.cause))
+        case JobPlacementRefused(data=data):
+            progress.last_error = f"{REFUSED_BY}{data.session_id}: {data.reason}"
+        case JobStarted() if (progress.last_error or "").startswith(REFUSED_BY):
+            progress.last_error = None  # a pilot took it after all: the refusal is no error
         case _:
             pass

@@ -25,7 +25,12 @@ from lodestream.schemas.events import (
     JobRunErrored,
     JobRunTimedOut,
 )
-from lodestream.schemas.events.job import FailureData, RunResultData
+from lodestream.schemas.events.job import (
+    FailureData,
+    JobPlacementRefused,
+    LeaseData,
+    RunResultData,
+)
 from lodestream.schemas.states import JobState
 from lodestream.schemas.subjects import EVENTS_STREAM, HB_STREAM
 from lodestream.services.projector.messages import (
@@ -34,7 +39,13 @@ from lodestream.services.projector.messages import (
     ExpiryMarker,
     RawMessage,
 )
-from lodestream.services.projector.projection import Changes, Known, Projection, ids_to_load
+from lodestream.services.projector.projection import (
+    REFUSED_BY,
+    Changes,
+    Known,
+    Projection,
+    ids_to_load,
+)
 from lodestream.services.projector.rows import JobProgress, JobRecord, QuarantineRow
 from tests.support.builders import (
     job_created,
@@ -308,3 +319,22 @@ def test_folding_in_batches_equals_folding_in_one(cuts: set[int]) -> None:
     assert {i: p.to_copy() for i, p in final.items()} == {
         i: p.to_copy() for i, p in expected.items()
     }
+
+
+def test_a_pilots_refusal_is_the_waiting_jobs_last_error_until_a_pilot_takes_it() -> None:
+    projection = fresh()
+    created = job_created(SITE, OWNER)
+    preprocessed, started, *_ = lifecycle(created, SESSION)
+    refused = ev(
+        JobPlacementRefused,
+        LeaseData(session_id=SESSION, reason="needs 2 nodes; this pilot has 1"),
+        actor=f"launcher:{SESSION}",
+        aggregate=created.aggregate_id,
+    )
+    fold(projection, [created, preprocessed, refused])
+    progress = projection.changes.new_jobs[created.aggregate_id].progress
+    assert progress.view.state is JobState.PREPROCESSED
+    assert progress.last_error == f"{REFUSED_BY}{SESSION}: needs 2 nodes; this pilot has 1"
+    fold(projection, [started], 4)
+    assert progress.view.state is JobState.RUNNING
+    assert progress.last_error is None
