@@ -360,7 +360,7 @@ def run_result(item: WorkItem, end: RunEnd, app: App | None) -> Outcome:
         return Outcome(JobRunErrored, RunResultData(**fields, work=item.spec), Tally.ERRORED)
     if app is not None and app.steps(item.spec).nothing_after_run:
         # Nothing happens between RUN_DONE and JOB_FINISHED: one event instead of the
-        # run_done the controller would answer with job.finished (ARCHITECTURE.md §4).
+        # run_done the controller would answer with job.finished (docs/architecture.md §4).
         done = FinishedData(skipped=FINISHED_AT_RUN_END, work=item.spec, attempt=item.attempt,
                             run=RunResultData(**fields))  # fmt: skip
         return Outcome(JobFinished, done, Tally.FINISHED)

@@ -1,1 +1,1 @@
-"""The site agent: hosts the site's apps and runs their jobs (ARCHITECTURE.md §5)."""
+"""The site agent: hosts the site's apps and runs their jobs (docs/architecture.md §9)."""
