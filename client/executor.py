@@ -107,15 +107,17 @@ class LodeExecutor(Executor):
         self,
         app: str,
         /,
-        *args: str,
+        *args: Any,
         site: str | None = None,
         tags: Mapping[str, str] | None = None,
         workdir: str | None = None,
         job: Mapping[str, Any] | None = None,
-        **params: str,
+        **params: Any,
     ) -> LodeFuture:
         """Run ``app`` with ``params`` (positional ``args`` fill the app's parameters in the
-        order it declares them). ``job`` adds other job fields (``num_nodes``,
+        order it declares them): JSON values (str, int, float, bool, list, dict, None), each
+        of the type the app declares for it; a Python-function app's ``run()`` gets them as
+        they are. ``job`` adds other job fields (``num_nodes``,
         ``gpus_per_rank``, ``transfers``, …). The future's result is a Python-function app's
         return value, or a :class:`JobResult` for a shell app; a job that ends FAILED or
         KILLED raises :class:`JobFailed`."""
@@ -304,7 +306,7 @@ def _outcome_of(doc: Mapping[str, Any]) -> JobOutcome:
     )  # fmt: skip
 
 
-def _positional(app: str, definition: Mapping[str, Any], args: Sequence[str]) -> dict[str, str]:
+def _positional(app: str, definition: Mapping[str, Any], args: Sequence[Any]) -> dict[str, Any]:
     names = list(definition.get("parameters") or {})
     if len(args) > len(names):
         raise TypeError(f"app {app!r} takes {len(names)} parameters ({names}), {len(args)} given")

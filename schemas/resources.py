@@ -3,18 +3,18 @@
 ``JobSpec`` carries Balsam's resource vocabulary so that applications and
 launch commands written for Balsam translate one to one.
 
-Whatever these models accept, Postgres can store (ARCHITECTURE.md §6): no
+Whatever these models accept, Postgres can store (docs/architecture.md §7): no
 string holds NUL (text and jsonb refuse it), integers that reach an integer
 column fit its type, and the free-form JSON of ``data`` holds only signed
 64-bit integers and finite numbers (the codec would read anything else back
 as a different value). Plain string fields say so with a pattern, which
-pydantic checks in Rust and JSON Schema shows; ``data``, the one free-form
-tree, is walked once in Python.
+pydantic checks in Rust and JSON Schema shows; ``data`` and ``parameters``,
+the free-form trees, are walked once in Python.
 """
 
 from __future__ import annotations
 
-import math
+import json
 import uuid
 from collections.abc import Mapping
 from enum import StrEnum
@@ -26,11 +26,14 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    JsonValue,
     StringConstraints,
     field_validator,
     model_validator,
 )
 
+from lodestream.schemas import storable
+from lodestream.schemas.params import MAX_PARAMETERS_BYTES, ParamType
 from lodestream.schemas.subjects import SiteSlug
 
 NUL_FREE_PATTERN: Final = r"^[^\x00]*$"
@@ -49,8 +52,9 @@ LAUNCH_VALUE_PATTERN: Final = r"^(?:[A-Za-z0-9_.,:=+/@%][A-Za-z0-9_.,:=+/@%-]{0,
 MAX_LAUNCH_PARAMS: Final = 32
 INT32_MAX: Final = 2**31 - 1  # Postgres integer
 INT32_MIN: Final = -(2**31)
-INT64_MIN: Final = -(2**63)  # Postgres bigint, and what the codec reads back as an int
-INT64_MAX: Final = 2**63 - 1
+INT64_MIN: Final = storable.INT64_MIN  # Postgres bigint, and what the codec reads back as an int
+INT64_MAX: Final = storable.INT64_MAX
+check_storable: Final = storable.check_storable  # where the read models have always found it
 
 Text = Annotated[str, StringConstraints(pattern=NUL_FREE_PATTERN)]
 AppName = Annotated[str, StringConstraints(pattern=APP_NAME_PATTERN)]
@@ -134,7 +138,11 @@ class JobSpec(JobResources):
     site: SiteSlug
     app: AppName
     workdir: Workdir
-    parameters: dict[Text, Text] = Field(default_factory=dict)
+    parameters: dict[Text, JsonValue] = Field(
+        default_factory=dict,
+        description="JSON values: a Python-function app's run() receives them as they are, a "
+        f"shell app renders each as one word; at most {MAX_PARAMETERS_BYTES} bytes as JSON",
+    )
     tags: dict[TagKey, TagValue] = Field(default_factory=dict)
     parent_ids: tuple[uuid.UUID, ...] = Field(
         default=(), max_length=MAX_PARENTS, json_schema_extra={"uniqueItems": True}
@@ -148,61 +156,26 @@ class JobSpec(JobResources):
         check_storable(value, "data")
         return value
 
+    @field_validator("parameters")
+    @classmethod
+    def _storable_parameters(cls, value: dict[str, JsonValue]) -> dict[str, JsonValue]:
+        if not value:
+            return value
+        check_storable(value, "parameters")
+        size = len(json.dumps(value, separators=(",", ":")).encode())
+        if size > MAX_PARAMETERS_BYTES:
+            raise ValueError(
+                f"parameters take {size} bytes as JSON; the limit is {MAX_PARAMETERS_BYTES} "
+                "(put bulk input in a file the job stages in)"
+            )
+        return value
+
     @field_validator("parent_ids")
     @classmethod
     def _unique_parents(cls, value: tuple[uuid.UUID, ...]) -> tuple[uuid.UUID, ...]:
         if len(set(value)) != len(value):
             raise ValueError("parent_ids contains duplicates")
         return value
-
-
-_Problem = tuple[list[str | int], str]
-_NUL: Final = "contains NUL (\\u0000), which Postgres cannot store"
-_NUL_KEY: Final = "is a key that " + _NUL
-_BIG_INT: Final = f"is an integer outside [{INT64_MIN}, {INT64_MAX}] (signed 64-bit)"
-_NON_FINITE: Final = "is not a finite number (NaN and infinities have no JSON form)"
-
-
-def check_storable(tree: dict[Any, Any] | list[Any] | tuple[Any, ...], name: str) -> None:
-    """Raise ValueError naming where in ``tree`` (called ``name``) is a value the read models
-    cannot keep: NUL in a key or string, an integer beyond signed 64 bits, NaN or infinity.
-
-    For any free-form JSON a model carries (``JobSpec.data``, a run's result, ...).
-    """
-    problem = _unstorable(tree)
-    if problem is not None:
-        path, reason = problem
-        raise ValueError(name + "".join(f"[{step!r}]" for step in reversed(path)) + f" {reason}")
-
-
-def _unstorable(tree: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> _Problem | None:
-    """Where in a JSON tree is a value the read models cannot keep, and why; None if nowhere.
-
-    Leaves are judged in their parent's loop (a call per leaf would double the cost), and
-    the path is only built on the way out of a failure, innermost step first.
-    """
-    items = tree.items() if isinstance(tree, dict) else enumerate(tree)
-    for step, value in items:
-        if type(step) is str and "\x00" in step:
-            return [step], _NUL_KEY
-        kind = type(value)
-        if kind is str:
-            reason = _NUL if "\x00" in value else None
-        elif kind is int:
-            reason = None if INT64_MIN <= value <= INT64_MAX else _BIG_INT
-        elif kind is float:
-            reason = None if math.isfinite(value) else _NON_FINITE
-        elif isinstance(value, dict | list | tuple):
-            problem = _unstorable(value)
-            if problem is not None:
-                problem[0].append(step)
-                return problem
-            reason = None
-        else:  # bool, None; anything else is for the serialiser to judge
-            reason = None
-        if reason is not None:
-            return [step], reason
-    return None
 
 
 class Site(Frozen):
@@ -214,9 +187,19 @@ class Site(Frozen):
 
 
 class AppParameter(Frozen):
+    """One parameter of an app; ``type`` None (apps registered before types) means the
+    default of the app's kind (``schemas.params.default_type``)."""
+
     required: bool = True
-    default: Text | None = None
+    default: JsonValue = None
     help: Text = ""
+    type: ParamType | None = None
+
+    @field_validator("default")
+    @classmethod
+    def _storable_default(cls, value: JsonValue) -> JsonValue:
+        check_storable([value], "default")
+        return value
 
 
 class AppTransferSlot(Frozen):

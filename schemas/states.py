@@ -1,4 +1,4 @@
-"""The job state machine, as data (ARCHITECTURE.md §4).
+"""The job state machine, as data (docs/architecture.md §4).
 
 ``TRANSITIONS`` is the single table every writer checks before appending
 and the projector checks again when folding. Lease events keep the state

@@ -1,4 +1,4 @@
-"""The one rule every consumer applies to a message before acting on it (ARCHITECTURE.md §6).
+"""The one rule every consumer applies to a message before acting on it (docs/architecture.md §12).
 
 Anything a site or a launcher writes is hostile until checked. The projector,
 the controller, the site agent and the pilot all call :func:`check_event`

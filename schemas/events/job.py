@@ -1,4 +1,4 @@
-"""Job lifecycle events (ARCHITECTURE.md §4). Past tense; one class per fact."""
+"""Job lifecycle events (docs/architecture.md §4). Past tense; one class per fact."""
 
 from __future__ import annotations
 

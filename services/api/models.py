@@ -171,7 +171,7 @@ class JobOut(BaseModel):
     app: str
     state: str
     workdir: str
-    parameters: dict[str, str]
+    parameters: dict[str, Any]
     tags: dict[str, str]
     data: dict[str, Any]
     resources: dict[str, Any]

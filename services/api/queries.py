@@ -96,11 +96,14 @@ async def catalog(
     if own_sites:
         result = await conn.execute(
             select(
-                apps.c.site, apps.c.name, apps.c.parameters, apps.c.transfers, apps.c.hooks
+                apps.c.site, apps.c.name, apps.c.parameters, apps.c.transfers, apps.c.hooks,
+                apps.c.python,
             ).where(apps.c.site.in_(sorted(own_sites)))
-        )
-        for site, name, parameters, transfers, hooks in result:
-            app_map.setdefault(site, {})[name] = AppInterface.from_row(parameters, transfers, hooks)
+        )  # fmt: skip
+        for site, name, parameters, transfers, hooks, python in result:
+            app_map.setdefault(site, {})[name] = AppInterface.from_row(
+                parameters, transfers, hooks, python
+            )
     own_jobs: frozenset[uuid.UUID] = frozenset()
     if parents:
         result = await conn.execute(

@@ -18,6 +18,7 @@ from typing import Any
 
 from lodestream.schemas.events.job import JobCreated
 from lodestream.schemas.ids import keyed_id, uuid7, uuid7s
+from lodestream.schemas.params import default_type, type_problem
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.strategies import AUTO_SITE, DEFAULT_STRATEGY
 from lodestream.schemas.xfer import remote_path_problem
@@ -37,6 +38,8 @@ class AppInterface:
     slots: frozenset[str]
     required_slots: frozenset[str]
     preprocess: bool = False  # the app has a ``preprocess`` hook: its jobs are not created runnable
+    # Each parameter's declared type (schemas.params), those that take any value left out.
+    types: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_row(
@@ -44,10 +47,15 @@ class AppInterface:
         parameters: Mapping[str, Any],
         transfers: Mapping[str, Any],
         hooks: Collection[str] = (),
+        python: bool = False,
     ) -> AppInterface:
-        """From the ``parameters``, ``transfers`` and ``hooks`` JSONB columns of ``rm.apps``."""
+        """From the ``parameters``, ``transfers``, ``hooks`` and ``python`` columns of
+        ``rm.apps``; a parameter registered before types has its app kind's default type."""
+        kind = default_type(python)
+        declared = {name: spec.get("type") or kind for name, spec in parameters.items()}
         return cls(
             preprocess="preprocess" in hooks,
+            types={name: t for name, t in declared.items() if t != "any"},
             parameters=frozenset(parameters),
             required_parameters=frozenset(
                 name
@@ -225,14 +233,16 @@ def _check_app(
         known = ", ".join(sorted(apps)[:20])
         return [_problem(index, "app", f"site {job.site!r} has no app {job.app!r} (apps: {known})")]
     parameters, slots = job.parameters.keys(), job.transfers.keys()
+    mistyped = _mistyped(index, job, app) if app.types else []
     if (
-        parameters <= app.parameters
+        not mistyped
+        and parameters <= app.parameters
         and app.required_parameters <= parameters
         and slots <= app.slots
         and app.required_slots <= slots
     ):
         return []  # the common case, without the four sorted differences below
-    problems = [
+    problems = mistyped + [
         _problem(index, "parameters", f"app {job.app!r} at {job.site!r} has no parameter {name!r}")
         for name in sorted(job.parameters.keys() - app.parameters)
     ]
@@ -292,8 +302,25 @@ def _parent_problem(
     return _problem(index, "parent_ids", f"parent {parent} {reason}", p_index)
 
 
+def _mistyped(index: int, job: JobSubmission, app: AppInterface) -> list[dict[str, Any]]:
+    """A problem for each parameter whose value is not of the type its app declares."""
+    problems = []
+    for name, value in job.parameters.items():
+        declared = app.types.get(name)
+        problem = None if declared is None else type_problem(declared, value)
+        if problem is not None:
+            msg = f"app {job.app!r} at {job.site!r}: parameter {name!r} {problem}"
+            problems.append(_problem(index, "parameters", msg, name, kind="invalid_type"))
+    return problems
+
+
 def _problem(
-    index: int, name: str, msg: str, item: int | None = None, *, kind: str = "invalid_reference"
+    index: int,
+    name: str,
+    msg: str,
+    item: int | str | None = None,
+    *,
+    kind: str = "invalid_reference",
 ) -> dict[str, Any]:
     loc: list[str | int] = ["body", "jobs", index, name]
     if item is not None:

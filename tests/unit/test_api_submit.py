@@ -79,6 +79,7 @@ def test_an_app_interface_knows_what_a_submission_must_give() -> None:
             required_parameters=frozenset({"n"}),  # label has a default, verbose is optional
             slots=frozenset({"inputs", "outputs"}),
             required_slots=frozenset({"inputs"}),
+            types={"n": "str", "label": "str", "verbose": "str"},  # a shell app's default
         )
         == INTERFACE
     )

@@ -58,6 +58,10 @@ def _run_none_default(self: object, n: str | None = None) -> None:
     del n
 
 
+def _run_set_default(self: object, n: object = {1}) -> None:
+    del n
+
+
 def _run_generator(self: object, n: str) -> Any:
     yield n
 
@@ -94,7 +98,15 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"command_template": CMD, "parameters": {"x": 3}}, "must be a Parameter or a dict, not int"),
     (
         {"command_template": CMD, "parameters": {"x": {"default": 8}}},
-        r"default must be a string, not int \(write default='8'\)",
+        r"parameter 'x': default 8 must be a string, not an int",
+    ),
+    (
+        {"command_template": CMD, "parameters": {"x": {"type": "int", "default": "8"}}},
+        r"parameter 'x': default '8' must be an int, not a string",
+    ),
+    (
+        {"command_template": CMD, "parameters": {"x": {"type": "integer"}}},
+        r"parameter 'x': type 'integer' is not one of str, int, float, bool, list, dict, any",
     ),
     (
         {"command_template": CMD, "parameters": {"x": {"required": True, "default": "a"}}},
@@ -102,7 +114,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ),
     (
         {"command_template": CMD, "parameters": {"x": {"required": False}}},
-        "is optional, so it needs a default string",
+        "is optional, so it needs a default",
     ),
     ({"command_template": CMD, "parameters": {"x": {"hlep": "typo"}}}, r"unknown keys \['hlep'\]"),
     (
@@ -124,8 +136,12 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ),
     ({"run": _run_varargs}, r"must be a named argument \(no \*args"),
     ({"run": _run_kwargs}, "must be a named argument"),
-    ({"run": _run_int_default}, "run: default of 'n' must be a string, not int"),
-    ({"run": _run_none_default}, "run: default of 'n' must be a string, not NoneType"),
+    ({"run": _run_none_default}, "run: default of 'n' is None, which means no default here"),
+    (
+        {"run": _run_int_default, "parameters": {"n": {"type": "str"}}},
+        "parameter 'n': default 8 must be a string, not an int",
+    ),
+    ({"run": _run_set_default}, r"parameter 'n': default \{1\} is not a JSON value"),
     ({"run": _run_generator}, "run must return its result, not yield it"),
     ({"run": _run_async}, "run must be a plain method"),
     ({"run": staticmethod(_run)}, "run must be a plain method"),
@@ -230,9 +246,9 @@ def test_shell_app_defaults_and_auto_declared_placeholders() -> None:
     assert Sim.spec.command_template == "sim --steps {{ steps }} --in {{ inp }} --out={{ out }}"
     assert Sim.spec.placeholders == ("steps", "inp", "out")
     assert Sim.parameters == {
-        "out": Parameter(required=False, default="out.h5", help="output file"),
-        "steps": Parameter(),
-        "inp": Parameter(),
+        "out": Parameter(required=False, default="out.h5", help="output file", type="str"),
+        "steps": Parameter(type="str"),
+        "inp": Parameter(type="str"),
     }
     assert not Sim.spec.is_python
 
@@ -249,8 +265,8 @@ def test_python_app_takes_parameters_from_run_signature() -> None:
     assert Fit.spec.is_python
     assert (Fit.name, Fit.description) == ("fit.v2", "explicit")
     assert Fit.parameters == {
-        "n": Parameter(required=True),
-        "seed": Parameter(required=False, default="0", help="rng seed"),
+        "n": Parameter(required=True, type="any"),
+        "seed": Parameter(required=False, default="0", help="rng seed", type="any"),
     }
 
 

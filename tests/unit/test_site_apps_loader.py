@@ -195,8 +195,8 @@ def test_app_model_describes_interface_never_command(apps: Path) -> None:
         name="Sim",
         description="Runs the simulation.",
         parameters={
-            "steps": AppParameter(required=True, default=None, help="time steps"),
-            "out": AppParameter(required=False, default="out.h5"),
+            "steps": AppParameter(required=True, default=None, help="time steps", type="str"),
+            "out": AppParameter(required=False, default="out.h5", type="str"),
         },
         transfers={
             "mesh": AppTransferSlot(direction="in", local_path="mesh.h5", required=True, cache=True)
@@ -245,8 +245,11 @@ def test_examples_load(tmp_path: Path) -> None:
     assert sorted(loaded) == ["eigh", "eigh_py"]
     eigh = to_app_model(loaded["eigh"], "local")
     assert eigh.parameters == {
-        "n": AppParameter(required=True, help="matrix size, 1..20000"),
-        "seed": AppParameter(required=False, default="0", help="seed of numpy's default_rng"),
+        "n": AppParameter(required=True, help="matrix size, 1..20000", type="str"),
+        "seed": AppParameter(
+            required=False, default="0", help="seed of numpy's default_rng", type="str"
+        ),
     }
     assert eigh.hooks == ("preprocess", "postprocess", "handle_error")
-    assert to_app_model(loaded["eigh_py"], "local").parameters == eigh.parameters
+    python = to_app_model(loaded["eigh_py"], "local").parameters
+    assert python == {n: p.model_copy(update={"type": "any"}) for n, p in eigh.parameters.items()}

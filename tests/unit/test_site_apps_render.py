@@ -118,9 +118,9 @@ def test_resolve_applies_defaults_in_declaration_order() -> None:
         ({"a": "1", "b": "2", "z": "", "y": ""}, "no parameter 'y', 'z'"),
         ({"b": "2"}, "app 'Args' needs parameter 'a'"),
         ({}, "needs parameter 'a', 'b'"),
-        ({"a": 1, "b": "2"}, "parameter 'a' must be a string, not int"),
-        ({"a": None, "b": "2"}, "parameter 'a' must be a string, not NoneType"),
-        ({"a": "x\x00y", "b": "2"}, "parameter 'a' contains a NUL byte"),
+        ({"a": 1, "b": "2"}, "parameter 'a' must be a string, not an int"),
+        ({"a": None, "b": "2"}, "parameter 'a' must be a string, not null"),
+        ({"a": "x\x00y", "b": "2"}, r"parameters\['a'\] contains NUL"),
     ],
 )  # fmt: skip
 def test_bad_parameters_are_named(given: dict[str, Any], message: str) -> None:

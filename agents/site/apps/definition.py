@@ -7,8 +7,8 @@ start`` with one message instead of failing jobs later.
 
 An app is either a shell command (``command_template`` with ``{{ param }}``
 placeholders) or a Python function (a ``run(self, ...)`` method whose
-arguments are the parameters, always passed as strings, and whose return
-value goes back to the client as JSON). One instance is made per job, with
+arguments are the parameters, passed as the JSON values the job gave, and
+whose return value goes back to the client as JSON). One instance is made per job, with
 the job's ``JobContext`` as ``self.job``, and the site calls the hooks on it.
 """
 
@@ -52,7 +52,7 @@ class JobContext:
 
     job_id: uuid.UUID
     workdir: Path
-    parameters: Mapping[str, str] = field(default_factory=dict)
+    parameters: Mapping[str, Any] = field(default_factory=dict)
     tags: Mapping[str, str] = field(default_factory=dict)
     data: Mapping[str, Any] = field(default_factory=dict)
     attempt: int = 1

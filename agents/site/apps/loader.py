@@ -63,7 +63,7 @@ def to_app_model(app_cls: type[ApplicationDefinition], site: str) -> App:
         name=spec.name,
         description=spec.description,
         parameters={
-            n: AppParameter(required=p.required, default=p.default, help=p.help)
+            n: AppParameter(required=p.required, default=p.default, help=p.help, type=p.type)
             for n, p in spec.parameters.items()
         },
         transfers={

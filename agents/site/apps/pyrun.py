@@ -95,7 +95,7 @@ def run_loaded(
 
 def _prepare(
     apps: Mapping[str, type[ApplicationDefinition]], name: str, params_file: Path
-) -> tuple[dict[str, str], ApplicationDefinition]:
+) -> tuple[dict[str, object], ApplicationDefinition]:
     if name not in apps:
         where = f" in {apps_dir_of(next(iter(apps.values())))}" if apps else ""
         raise UnknownApp(f"no app named {name!r}{where} (apps: {', '.join(sorted(apps))})")

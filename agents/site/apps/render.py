@@ -19,6 +19,8 @@ from lodestream.agents.site.apps.definition import ApplicationDefinition, JobCon
 from lodestream.agents.site.apps.errors import AppDefinitionError, ParameterError
 from lodestream.agents.site.apps.simple import simple_argv
 from lodestream.agents.site.apps.template import substitute
+from lodestream.schemas.params import type_problem
+from lodestream.schemas.storable import check_storable
 
 PYRUN_DIR: Final = ".lode"
 PYRUN_PARAMS: Final = f"{PYRUN_DIR}/pyrun-params.json"
@@ -28,8 +30,12 @@ PYRUN_RESULT: Final = f"{PYRUN_DIR}/pyrun-result.json"
 
 def resolve_parameters(
     app_cls: type[ApplicationDefinition], given: Mapping[str, object]
-) -> dict[str, str]:
-    """The job's values with defaults applied, in declaration order, or ``ParameterError``."""
+) -> dict[str, object]:
+    """The job's values with defaults applied, in declaration order, or ``ParameterError``.
+
+    Each value must be of its parameter's declared type (``schemas.params``), as the API
+    checked at submission: the app may have changed since.
+    """
     spec = app_cls.spec
     unknown = sorted(set(given) - set(spec.parameters))
     if unknown:
@@ -38,24 +44,20 @@ def resolve_parameters(
             f"app {spec.name!r} has no parameter {_names(unknown)} (its parameters: {known})"
         )
     for key, value in given.items():
-        if not isinstance(value, str):
-            raise ParameterError(
-                f"app {spec.name!r}: parameter {key!r} must be a string, not {type(value).__name__}"
-            )
-        if "\x00" in value:
-            raise ParameterError(f"app {spec.name!r}: parameter {key!r} contains a NUL byte")
+        problem = type_problem(spec.parameters[key].type or "any", value)
+        if problem is not None:
+            raise ParameterError(f"app {spec.name!r}: parameter {key!r} {problem}")
+    try:
+        check_storable(dict(given), "parameters")
+    except ValueError as exc:
+        raise ParameterError(f"app {spec.name!r}: {exc}") from exc
     missing = [p for p, decl in spec.parameters.items() if decl.required and p not in given]
     if missing:
         raise ParameterError(f"app {spec.name!r} needs parameter {_names(missing)}")
-    resolved: dict[str, str] = {}
-    for p, decl in spec.parameters.items():
-        value = given.get(p, decl.default)
-        assert isinstance(value, str)  # required ones are present, optional ones have a default
-        resolved[p] = value
-    return resolved
+    return {p: given.get(p, decl.default) for p, decl in spec.parameters.items()}
 
 
-def render_command(app_cls: type[ApplicationDefinition], params: Mapping[str, str]) -> str:
+def render_command(app_cls: type[ApplicationDefinition], params: Mapping[str, object]) -> str:
     """The job's command line. A Python-function app's values travel in the params file instead."""
     spec = app_cls.spec
     resolved = resolve_parameters(app_cls, params)

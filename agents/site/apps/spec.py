@@ -8,6 +8,7 @@ never the raw attributes.
 from __future__ import annotations
 
 import inspect
+import json
 import math
 import re
 import sys
@@ -18,12 +19,13 @@ from typing import Final, Literal
 
 from lodestream.agents.site.apps.errors import AppDefinitionError
 from lodestream.agents.site.apps.template import is_parameter_name, placeholders
+from lodestream.schemas.params import PARAM_TYPES, default_type, type_problem
 
 APP_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,79}$")  # schemas.resources.AppName
 SLOT_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,63}$")  # schemas.resources.SlotName
 ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOOKS: Final = ("preprocess", "postprocess", "handle_error", "handle_timeout", "shell_preamble")
-_PARAMETER_KEYS: Final = frozenset({"required", "default", "help"})
+_PARAMETER_KEYS: Final = frozenset({"required", "default", "help", "type"})
 _SLOT_KEYS: Final = frozenset(
     {"direction", "local_path", "required", "recursive", "description", "cache"}
 )
@@ -32,32 +34,40 @@ BACKOFF_KEYS: Final = ("base_s", "factor", "max_s", "jitter")  # schemas.retry.R
 
 
 class Parameter:
-    """One parameter. ``required`` defaults to "no default given"; values are always strings."""
+    """One parameter. ``required`` defaults to "no default given"; ``type`` (one of
+    ``schemas.params.PARAM_TYPES``) to the app kind's: ``any`` for a Python-function app,
+    ``str`` for a shell app. A default is a JSON value of the parameter's type."""
 
-    __slots__ = ("default", "help", "required")
+    __slots__ = ("default", "help", "required", "type")
 
     def __init__(
-        self, *, required: bool | None = None, default: str | None = None, help: str = ""
+        self,
+        *,
+        required: bool | None = None,
+        default: object = None,
+        help: str = "",
+        type: str | None = None,
     ) -> None:
         self.required: bool = default is None if required is None else required
         self.default = default
         self.help = help
+        self.type = type
+
+    def _key(self) -> tuple[object, ...]:
+        return (self.required, self.default, self.help, self.type)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Parameter):
             return NotImplemented
-        return (self.required, self.default, self.help) == (
-            other.required,
-            other.default,
-            other.help,
-        )
+        return self._key() == other._key()
 
     def __hash__(self) -> int:
-        return hash((self.required, self.default, self.help))
+        return hash(repr(self._key()))
 
     def __repr__(self) -> str:
         return (
-            f"Parameter(required={self.required!r}, default={self.default!r}, help={self.help!r})"
+            f"Parameter(required={self.required!r}, default={self.default!r}, "
+            f"help={self.help!r}, type={self.type!r})"
         )
 
 
@@ -113,7 +123,9 @@ def build_spec(cls: type) -> AppSpec:
     run = inspect.getattr_static(cls, "run", None)
     if (template is None) == (run is None):
         raise fail("define exactly one of command_template (a shell command) or run() (Python)")
-    declared = _declared_parameters(getattr(cls, "_declared_parameters", {}), fail)
+    declared = _declared_parameters(
+        getattr(cls, "_declared_parameters", {}), default_type(python=template is None), fail
+    )
     if template is not None:
         if not isinstance(template, str) or not template.strip() or "\x00" in template:
             raise fail("command_template must be a non-empty string")
@@ -127,7 +139,11 @@ def build_spec(cls: type) -> AppSpec:
                 f"parameters {unused} are declared but not used in command_template "
                 f"(placeholders: {list(used)})"
             )
-        parameters = {**declared, **{p: Parameter() for p in used if p not in declared}}
+        shell_str = default_type(python=False)
+        parameters = {
+            **declared,
+            **{p: Parameter(type=shell_str) for p in used if p not in declared},
+        }
         template = template.strip()
     else:
         used = ()
@@ -176,34 +192,47 @@ def check_hooks(cls: type) -> None:
             raise fail(f"{hook} must take only self (read the job from self.job): def {hook}(self)")
 
 
-def _parameter(name: str, raw: object, fail: Fail) -> Parameter:
+def _parameter(name: str, raw: object, kind: str, fail: Fail) -> Parameter:
+    """The declared parameter, checked, with its type filled in (``kind``: the app's default)."""
     if not is_parameter_name(name):
         raise fail(f"parameter name {name!r} must be a Python identifier of at most 64 characters")
     if isinstance(raw, Mapping):
         extra = sorted(set(raw) - _PARAMETER_KEYS)
         if extra:
-            raise fail(f"parameter {name!r}: unknown keys {extra}; known: required, default, help")
+            known = ", ".join(sorted(_PARAMETER_KEYS))
+            raise fail(f"parameter {name!r}: unknown keys {extra}; known: {known}")
         raw = Parameter(**raw)
     if not isinstance(raw, Parameter):
         raise fail(f"parameter {name!r} must be a Parameter or a dict, not {type(raw).__name__}")
-    if raw.default is not None and not isinstance(raw.default, str):
-        raise fail(
-            f"parameter {name!r}: default must be a string, not {type(raw.default).__name__} "
-            f"(write default={str(raw.default)!r})"
-        )
+    declared = kind if raw.type is None else raw.type
+    if declared not in PARAM_TYPES:
+        raise fail(f"parameter {name!r}: type {declared!r} is not one of {', '.join(PARAM_TYPES)}")
     if not isinstance(raw.required, bool) or not isinstance(raw.help, str):
         raise fail(f"parameter {name!r}: required must be a bool and help a string")
     if raw.required and raw.default is not None:
         raise fail(f"parameter {name!r} is required but has a default; drop one of them")
     if not raw.required and raw.default is None:
-        raise fail(f"parameter {name!r} is optional, so it needs a default string")
-    return raw
+        raise fail(f"parameter {name!r} is optional, so it needs a default")
+    if raw.default is not None:
+        problem = type_problem(declared, raw.default) or _json_problem(raw.default)
+        if problem is not None:
+            raise fail(f"parameter {name!r}: default {raw.default!r} {problem}")
+    return Parameter(required=raw.required, default=raw.default, help=raw.help, type=declared)
 
 
-def _declared_parameters(raw: object, fail: Fail) -> dict[str, Parameter]:
+def _json_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a parameter's default (it travels as JSON), or None."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return f"is not a JSON value ({exc})"
+    return None
+
+
+def _declared_parameters(raw: object, kind: str, fail: Fail) -> dict[str, Parameter]:
     if not isinstance(raw, Mapping):
         raise fail("parameters must be a dict of name -> Parameter or dict")
-    return {name: _parameter(name, value, fail) for name, value in raw.items()}
+    return {name: _parameter(name, value, kind, fail) for name, value in raw.items()}
 
 
 def _run_parameters(
@@ -220,23 +249,26 @@ def _run_parameters(
     for p in params[1:]:
         if p.kind not in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY):
             raise fail(f"run: argument {p} must be a named argument (no *args, **kwargs, or /)")
+        given = declared.get(p.name)
+        kind = given.type if given is not None and given.type else default_type(python=True)
         if p.default is p.empty:
-            found[p.name] = _parameter(p.name, Parameter(), fail)
-        elif isinstance(p.default, str):
-            found[p.name] = _parameter(p.name, Parameter(default=p.default), fail)
-        else:
+            found[p.name] = _parameter(p.name, Parameter(type=kind), kind, fail)
+        elif p.default is None:
             raise fail(
-                f"run: default of {p.name!r} must be a string, not {type(p.default).__name__}; "
-                "values always arrive as strings"
+                f"run: default of {p.name!r} is None, which means no default here; "
+                "give a JSON value (a string, number, bool, list or dict)"
             )
+        else:
+            found[p.name] = _parameter(p.name, Parameter(default=p.default, type=kind), kind, fail)
     for name, given in declared.items():
         if name not in found:
             raise fail(f"parameter {name!r} is declared but run() has no such argument")
         if given.default is not None and given.default != found[name].default:
             raise fail(f"parameter {name!r}: its default comes from run()'s signature")
         found[name] = Parameter(
-            required=found[name].required, default=found[name].default, help=given.help
-        )
+            required=found[name].required, default=found[name].default, help=given.help,
+            type=found[name].type,
+        )  # fmt: skip
     return found
 
 

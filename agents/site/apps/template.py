@@ -10,6 +10,7 @@ defined, not discovered when a hostile value arrives.
 
 from __future__ import annotations
 
+import json
 import keyword
 import re
 import shlex
@@ -92,6 +93,14 @@ def _refused_context(state: str, heredoc: bool, before: str) -> str:
     }.get(state, "")
 
 
-def substitute(template: str, values: Mapping[str, str]) -> str:
+def substitute(template: str, values: Mapping[str, object]) -> str:
     """Replace each placeholder by its value as one shell word (``shlex.quote``)."""
-    return PLACEHOLDER.sub(lambda m: shlex.quote(values[m.group(1).strip()]), template)
+    return PLACEHOLDER.sub(lambda m: shlex.quote(word(values[m.group(1).strip()])), template)
+
+
+def word(value: object) -> str:
+    """A parameter's value as the text of its word: a string as itself, any other JSON value
+    (number, bool, null, list, object) as its JSON text."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, allow_nan=False)

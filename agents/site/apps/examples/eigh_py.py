@@ -1,8 +1,8 @@
 """Example Python-function app: the same eigh, with the summary returned to the client.
 
 ``run`` executes in the job's process at the site; its arguments are the
-app's parameters (always strings, so convert them yourself) and its return
-value must be JSON. An exception goes back to the client with its traceback.
+app's parameters, the JSON values the job gave (``n: 500`` or ``n: "500"``,
+so ``int()`` them), and its return value must be JSON. An exception goes back to the client with its traceback.
 """
 
 from __future__ import annotations
