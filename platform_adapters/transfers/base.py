@@ -30,6 +30,21 @@ Contract shared by every backend (checked by ``tests/support/transfer_contract.p
   ``ConsentRequired`` when the user must act (Globus consent or endpoint activation); the
   message says what to do.
 * ``cancel(task_id)`` is best effort and idempotent.
+* **Overwrite** (``item.overwrite``), the same outcome on every backend: ``always`` replaces
+  an existing destination file; ``if-newer`` replaces it only when the source is newer (a
+  destination as new or newer is kept and the item succeeds); ``never`` keeps it: the item
+  succeeds when the destination already holds the source's bytes (a retry, the same input
+  staged again) and fails for good, naming the policy, when it differs. A file item whose
+  destination is a directory fails for good under every policy ("Is a directory"): no backend
+  nests the file inside it.
+* **Integrity**: ``item.verify`` checks what was written against the source (a mismatch is
+  transient: the item is moved again); ``item.sha256`` is the file's expected digest: a
+  mismatch fails the item for good, its reason naming both digests, and leaves no file under
+  the destination's name on the site.
+* ``spreads``: True for a backend that moves a task's items one after another at no fixed
+  cost per task (local, rsync): the module spreads a batch over its free task slots instead
+  of queueing the items behind each other in one task. A backend with a fixed cost per task
+  (Globus: a submission, a task to poll) keeps batching.
 
 Paths: ``TransferItem.source`` and ``destination`` are absolute paths, each on its own side:
 for ``direction == "in"`` the source is on the remote location and the destination on the
@@ -45,6 +60,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Final, Literal
 
 from lodestream.platform_adapters.errors import PlatformError
+from lodestream.schemas.resources import Overwrite
 
 Direction = Literal["in", "out"]
 # Task ids and submission keys travel as words on command lines and in file names.
@@ -79,6 +95,10 @@ class TransferItem:
     source: str
     destination: str
     recursive: bool = False
+    # The module always says; "always" is what a backend did before policies existed.
+    overwrite: Overwrite = "always"
+    verify: bool = False
+    sha256: str | None = None  # the file's expected digest (lowercase hex)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +139,7 @@ class TransferBackend(ABC):
     """One way of moving files; the site holds one instance per configured location."""
 
     name: ClassVar[str]
+    spreads: ClassVar[bool] = False  # see the module doc
 
     @abstractmethod
     def check_item(self, batch: TransferBatch, item: TransferItem) -> None:

@@ -25,6 +25,7 @@ from lodestream.platform_adapters.transfers.base import (
 )
 from lodestream.platform_adapters.transfers.local_copy import (
     Copier,
+    Corrupted,
     NotCopyable,
     item_tag,
     outcome_of_error,
@@ -52,6 +53,7 @@ class LocalBackend(BackgroundBackend):
     """Moves items within this machine's filesystems (see the module doc)."""
 
     name = "local"
+    spreads = True
 
     def __init__(
         self, url: str, *, state_dir: Path, link: bool = False, max_workers: int = 4
@@ -76,9 +78,12 @@ class LocalBackend(BackgroundBackend):
         self, batch: TransferBatch, item: TransferItem, context: RunContext
     ) -> ItemOutcome | None:
         paths = item_paths(batch, item, LocalLocation.parse(batch.url).base)
-        copier = Copier(item_tag(context.task_id, item.item_id), link=self.link)
+        copier = Copier(
+            item_tag(context.task_id, item.item_id), link=self.link, overwrite=item.overwrite,
+            verify=item.verify, sha256=item.sha256,
+        )  # fmt: skip
         try:
             copier.copy_item(Path(paths.source), Path(paths.destination), recursive=item.recursive)
-        except (OSError, NotCopyable) as exc:
+        except (OSError, NotCopyable, Corrupted) as exc:
             return outcome_of_error(exc)
         return ItemOutcome(ok=True, bytes_transferred=copier.written)

@@ -5,13 +5,21 @@ final name once whole. The temporary name is fixed for a given task and item (``
 copy that a crash cut short leaves one leftover, which the next attempt overwrites and renames.
 A tree is merged into the destination directory file by file, as rsync does; symbolic links
 inside a tree are recreated as links, never followed, and other special files are skipped.
+
+An existing destination file is handled by the item's ``overwrite`` policy (``base.py``):
+under ``never`` the whole file is put in place with ``link(2)``, which refuses to replace
+anything, so a file another writer put there meanwhile is not clobbered either; "the same
+bytes" is a byte-for-byte comparison. Verifying compares the SHA-256 of the temporary file
+with the source's, and with the expected digest, before it takes the final name.
 """
 
 from __future__ import annotations
 
 import errno
+import filecmp
 import hashlib
 import logging
+import os
 import shutil
 import stat
 from dataclasses import dataclass
@@ -19,6 +27,7 @@ from pathlib import Path
 from typing import Final
 
 from lodestream.platform_adapters.transfers.base import ItemOutcome
+from lodestream.schemas.resources import Overwrite
 
 logger = logging.getLogger("lodestream.platform_adapters.transfers")
 
@@ -38,13 +47,21 @@ _NAME_KEEP: Final = 150  # of the final name in the temporary one: names stop at
 
 
 class NotCopyable(Exception):
-    """The source is not something this item can copy (a directory without ``recursive``)."""
+    """The source is not something this item can copy (a directory without ``recursive``),
+    or the destination may not take it (it differs and the policy is ``never``, its digest
+    is not the expected one)."""
 
 
-def outcome_of_error(exc: OSError | NotCopyable) -> ItemOutcome:
+class Corrupted(Exception):
+    """The copy's digest differs from its source's: moving it again may mend it."""
+
+
+def outcome_of_error(exc: OSError | NotCopyable | Corrupted) -> ItemOutcome:
     """A failed item's outcome, permanent when retrying cannot help."""
     if isinstance(exc, NotCopyable):
         return ItemOutcome(ok=False, reason=str(exc), permanent=True)
+    if isinstance(exc, Corrupted):
+        return ItemOutcome(ok=False, reason=str(exc))
     return ItemOutcome(ok=False, reason=str(exc), permanent=exc.errno in PERMANENT_ERRNOS)
 
 
@@ -69,6 +86,9 @@ class Copier:
 
     tag: str
     link: bool = False
+    overwrite: Overwrite = "always"
+    verify: bool = False
+    sha256: str | None = None  # the item's expected digest (a file item)
     written: int = 0
     link_refused: str = ""  # why linking gave way to copying, once it has
 
@@ -82,7 +102,7 @@ class Copier:
         elif recursive:
             raise NotCopyable(f"{source}: is not a directory, and the item is recursive")
         elif stat.S_ISREG(mode):
-            self._copy_file(source, destination)
+            self._copy_file(source, destination, expected=self.sha256)
         else:
             raise NotCopyable(f"{source}: is not a regular file")
 
@@ -100,7 +120,11 @@ class Copier:
                 logger.info("local: skipping %s: not a regular file", entry)
         shutil.copystat(source, destination)  # last: writing its files changed its mtime
 
-    def _copy_file(self, source: Path, destination: Path) -> None:
+    def _copy_file(self, source: Path, destination: Path, *, expected: str | None = None) -> None:
+        if destination.is_dir() and not destination.is_symlink():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR), str(destination))
+        if destination.exists() and not self._replaces(source, destination):
+            return
         destination.parent.mkdir(parents=True, exist_ok=True)
         partial = partial_name(destination, self.tag)
         partial.unlink(missing_ok=True)  # what an interrupted attempt left
@@ -108,10 +132,41 @@ class Copier:
             if not (self.link and self._linked(source, partial)):
                 shutil.copy2(source, partial)
                 self.written += partial.stat().st_size
-            partial.replace(destination)
-        except BaseException:
+            self._check(source, partial, expected)
+            if self.overwrite != "never":
+                partial.replace(destination)
+                return
+            try:
+                os.link(partial, destination)  # refuses to replace what is there
+            except FileExistsError:
+                self._replaces(source, destination)  # the same bytes, or NotCopyable
+        finally:
             partial.unlink(missing_ok=True)
-            raise
+
+    def _replaces(self, source: Path, destination: Path) -> bool:
+        """Whether the policy replaces ``destination``; ``never`` raises if it differs."""
+        if self.overwrite == "always":
+            return True
+        if self.overwrite == "if-newer":
+            new, old = source.stat(), destination.stat()
+            # rsync's --update: same mtime, replaced only if the size differs.
+            return new.st_mtime_ns > old.st_mtime_ns or (
+                new.st_mtime_ns == old.st_mtime_ns and new.st_size != old.st_size
+            )
+        if filecmp.cmp(source, destination, shallow=False):
+            return False
+        raise NotCopyable(
+            f"{destination}: exists and differs from the source; kept (overwrite: never)"
+        )
+
+    def _check(self, source: Path, partial: Path, expected: str | None) -> None:
+        if expected is None and not self.verify:
+            return
+        written = file_sha256(partial)
+        if expected is not None and written != expected:
+            raise NotCopyable(f"{source}: sha256 {written} is not the expected {expected}")
+        if self.verify and (read := file_sha256(source)) != written:
+            raise Corrupted(f"{source}: the copy's sha256 {written} is not the source's {read}")
 
     def _linked(self, source: Path, partial: Path) -> bool:
         if self.link_refused:
@@ -127,7 +182,22 @@ class Copier:
         return True
 
     def _place_link(self, target: Path, path: Path) -> None:
+        if path.is_symlink() or path.exists():
+            if self.overwrite == "never" and not (path.is_symlink() and path.readlink() == target):
+                raise NotCopyable(
+                    f"{path}: exists and is not the same link; kept (overwrite: never)"
+                )
+            if self.overwrite != "always":
+                return
         partial = partial_name(path, self.tag)
         partial.unlink(missing_ok=True)
         partial.symlink_to(target)
         partial.replace(path)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -89,6 +89,19 @@ def skipped_directories(stdout: str) -> list[str]:
     return [name.strip() for name in _SKIPPED_DIR.findall(stdout)]
 
 
+_KEPT = re.compile(r"^(.+) exists \((?!uptodate\))[a-z ]+\)$", re.MULTILINE)
+
+
+def kept_conflicts(stdout: str) -> list[str]:
+    """Files ``--ignore-existing --info=skip2`` kept although they differ from the source.
+
+    rsync says ``NAME exists (uptodate)`` for a file that matches (size and mtime, or its
+    checksum with ``--checksum``) and ``NAME exists (file change)`` or ``(sum change)`` for
+    one that does not.
+    """
+    return [name.strip() for name in _KEPT.findall(stdout)]
+
+
 def error_words(stderr: str) -> str:
     """rsync's (and ssh's) complaints on stderr, one line each, joined; bounded in length."""
     lines = [line.strip() for line in stderr.splitlines() if line.strip()]

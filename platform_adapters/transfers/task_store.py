@@ -104,6 +104,9 @@ def batch_to_json(batch: TransferBatch) -> dict[str, Any]:
                 "source": item.source,
                 "destination": item.destination,
                 "recursive": item.recursive,
+                "overwrite": item.overwrite,
+                "verify": item.verify,
+                "sha256": item.sha256,
             }
             for item in batch.items
         ],

@@ -77,6 +77,7 @@ def request_items(
                 job_id=job_id, slot=slot, direction=direction, remote=remote,
                 local_path=local_path(spec.workdir, defined.local_path), step_id=cause.id,
                 cache=defined.cache and direction == "in" and not remote.recursive,
+                overwrite=remote.overwrite or defined.overwrite, verify=defined.verify,
             ),
             event_id=derived_id(str(cause.id), "controller", "xfer.requested", str(item)),
             causation_id=cause.id,

@@ -24,7 +24,9 @@ agent that restarted. Tests poll; ``timeout_s`` bounds each wait.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+import os
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +36,7 @@ import pytest
 
 from lodestream.platform_adapters.transfers.base import (
     Direction,
+    ItemOutcome,
     TaskStatus,
     TransferBackend,
     TransferBatch,
@@ -41,6 +44,7 @@ from lodestream.platform_adapters.transfers.base import (
     TransferRefused,
     UnknownTask,
 )
+from lodestream.schemas.resources import Overwrite
 
 _POLL_S = 0.05
 _keys = itertools.count(1)
@@ -294,5 +298,90 @@ class TransferContract:
         assert after.final
         assert after.items == before.items
 
+    # --- overwrite and integrity: the same outcome on every backend (base.py) -----------
 
-__all__ = ["TransferContract", "TransferHarness", "close_if_closable", "write"]
+    @pytest.mark.parametrize("direction", ["in", "out"])
+    def test_overwrite_always_replaces_and_never_keeps_what_differs(
+        self, harness: TransferHarness, direction: Direction
+    ) -> None:
+        move = Mover(harness, direction)
+        write(move.source, b"new result\n")
+        write(move.destination, b"another job's\n")
+        refused = move("never")
+        assert not refused.ok
+        assert refused.permanent
+        assert "overwrite: never" in refused.reason
+        assert move.destination.read_bytes() == b"another job's\n"
+        assert move("always").ok
+        assert move.destination.read_bytes() == b"new result\n"
+        # The same bytes are there now: a retry, or the same input staged again, succeeds.
+        assert move("never").ok
+        assert move.destination.read_bytes() == b"new result\n"
+
+    @pytest.mark.parametrize("direction", ["in", "out"])
+    def test_if_newer_replaces_only_an_older_destination(
+        self, harness: TransferHarness, direction: Direction
+    ) -> None:
+        move = Mover(harness, direction)
+        write(move.source, b"source")
+        write(move.destination, b"newer destination")
+        os.utime(move.source, (1_000_000_000, 1_000_000_000))
+        assert move("if-newer").ok
+        assert move.destination.read_bytes() == b"newer destination"
+        os.utime(move.destination, (900_000_000, 900_000_000))
+        assert move("if-newer").ok
+        assert move.destination.read_bytes() == b"source"
+
+    @pytest.mark.parametrize("policy", ["never", "always", "if-newer"])
+    @pytest.mark.parametrize("direction", ["in", "out"])
+    def test_a_file_bound_for_a_directory_fails_and_is_not_nested(
+        self, harness: TransferHarness, direction: Direction, policy: Overwrite
+    ) -> None:
+        move = Mover(harness, direction)
+        write(move.source, b"file")
+        move.destination.mkdir(parents=True)
+        outcome = move(policy)
+        assert not outcome.ok
+        assert outcome.permanent
+        assert "Is a directory" in outcome.reason
+        assert list(move.destination.iterdir()) == []
+
+    @pytest.mark.parametrize("direction", ["in", "out"])
+    def test_an_expected_digest_passes_or_fails_naming_both(
+        self, harness: TransferHarness, direction: Direction
+    ) -> None:
+        move = Mover(harness, direction)
+        write(move.source, b"payload")
+        right = hashlib.sha256(b"payload").hexdigest()
+        wrong = hashlib.sha256(b"something else").hexdigest()
+        failed = move("always", sha256=wrong)
+        assert not failed.ok
+        assert failed.permanent
+        assert right in failed.reason
+        assert wrong in failed.reason
+        if direction == "in":  # the job never finds a file that is not the one it expects
+            assert not move.destination.exists()
+        assert move("always", sha256=right, verify=True).ok
+        assert move.destination.read_bytes() == b"payload"
+
+
+class Mover:
+    """Moves one file item between ``pol/f.txt`` on either side, as this machine sees them."""
+
+    def __init__(self, harness: TransferHarness, direction: Direction) -> None:
+        self.harness = harness
+        self.direction = direction
+        remote, site = harness.remote_root / "pol" / "f.txt", harness.site_root / "pol" / "f.txt"
+        self.source, self.destination = (remote, site) if direction == "in" else (site, remote)
+
+    def __call__(
+        self, overwrite: Overwrite, *, sha256: str | None = None, verify: bool = False
+    ) -> ItemOutcome:
+        remote, site = self.harness.remote("pol/f.txt"), str(self.harness.site_root / "pol/f.txt")
+        ends = (remote, site) if self.direction == "in" else (site, remote)
+        item = TransferItem("i-p", *ends, overwrite=overwrite, verify=verify, sha256=sha256)
+        batch = self.harness.batch(self.direction, [item])
+        return self.harness.wait_final(self.harness.backend.submit(batch)).items["i-p"]
+
+
+__all__ = ["Mover", "TransferContract", "TransferHarness", "close_if_closable", "write"]

@@ -68,6 +68,39 @@ def test_every_item_goes_in_at_most_one_batch_of_its_own_group(
         assert len(placed) == count
 
 
+def test_a_backend_that_moves_items_one_by_one_gets_them_spread_over_free_slots() -> None:
+    # Issue 31.9: 60 ssh items in one task while 4 of 5 task slots sat idle.
+    pool = [pending("ssh", seq=seq) for seq in range(60)]
+    spread = plan.batches(pool, batch_size=100, free_slots=5, spread={"ssh"})
+    assert sorted(len(b.items) for b in spread) == [7, 8, 15, 15, 15]
+    assert len({i.item_id for b in spread for i in b.items}) == 60
+    # A backend with a fixed cost per task (Globus) keeps its one batch.
+    assert [len(b.items) for b in plan.batches(pool, batch_size=100, free_slots=5)] == [60]
+
+
+@given(st.integers(1, 60), st.integers(1, 7), st.integers(1, 12))
+def test_spreading_places_the_same_items_in_no_more_slots(
+    count: int, batch_size: int, free: int
+) -> None:
+    pool = [pending(f"loc{n % 2}", "in", n) for n in range(count)]
+    batched = plan.batches(pool, batch_size=batch_size, free_slots=free)
+    spread = plan.batches(pool, batch_size=batch_size, free_slots=free, spread={"loc0"})
+    assert {i.item_id for b in spread for i in b.items} == {
+        i.item_id for b in batched for i in b.items
+    }
+    assert len(batched) <= len(spread) <= free
+    assert all(len(b.items) >= 1 for b in spread)
+
+
+def test_items_under_different_policies_go_in_different_tasks() -> None:
+    never, always = pending(seq=1), replace(pending(seq=2), overwrite="always")
+    checked = replace(pending(seq=3), sha256="0" * 64)
+    made = plan.batches([never, always, checked], batch_size=10, free_slots=10)
+    assert sorted(len(b.items) for b in made) == [1, 1, 1]
+    item = made[0].to_request("rsync:/x").items[0]
+    assert (item.overwrite, item.verify) in {("never", False), ("always", False)}
+
+
 def test_a_submission_key_is_the_same_for_the_same_items_at_the_same_attempts() -> None:
     a, b = pending(), pending()
     one = plan.Batch("dtn", "in", (a, b))

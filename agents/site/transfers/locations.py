@@ -86,6 +86,10 @@ class Backends:
                 log.error("transfers: %s", self._problems[location])  # noqa: TRY400 - said all
         return self._problems.get(location)
 
+    def spreading(self) -> frozenset[str]:
+        """The built locations whose backends gain from more tasks (``spreads``)."""
+        return frozenset(name for name, backend in self._built.items() if backend.spreads)
+
     def get(self, location: str) -> TransferBackend:
         """The location's backend; call :meth:`problem` first."""
         return self._built[location]

@@ -209,7 +209,8 @@ class TransferModule:
         held.pending = plan.PendingItem(
             item_id=held.view.id, location=location, direction=request.direction,
             source=source, destination=destination, recursive=request.remote.recursive,
-            attempt=attempt, since_seq=held.view.last_seq,
+            attempt=attempt, since_seq=held.view.last_seq, overwrite=request.overwrite,
+            verify=request.verify, sha256=request.remote.sha256,
         )  # fmt: skip
 
     async def _from_cache(self, held: Held, site_path: str) -> bool:
@@ -260,7 +261,10 @@ class TransferModule:
     async def _submit_ready(self) -> None:
         pool = [h.pending for h in self.held.values() if h.pending is not None]
         free = self._cfg.max_concurrent - len(self.inflight)
-        for batch in plan.batches(pool, batch_size=self._cfg.batch_size, free_slots=free):
+        spread = self.backends.spreading()
+        for batch in plan.batches(
+            pool, batch_size=self._cfg.batch_size, free_slots=free, spread=spread
+        ):
             await self._submit(batch)
 
     async def _submit(self, whole: plan.Batch) -> None:

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from lodestream.platform_adapters.transfers.base import (
@@ -24,6 +24,7 @@ from lodestream.platform_adapters.transfers.base import (
     TransferBatch,
     TransferItem,
 )
+from lodestream.schemas.resources import Overwrite
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,14 @@ class PendingItem:
     # Submitted in a task of its own: the service refused a whole batch it was in, and only
     # a task per item tells which item the refusal belongs to.
     alone: bool = False
+    overwrite: Overwrite = "never"
+    verify: bool = False
+    sha256: str | None = None
+
+    @property
+    def policy(self) -> tuple[Overwrite, bool]:
+        """What a task applies to all its items on a backend that cannot mix (Globus)."""
+        return self.overwrite, self.verify or self.sha256 is not None
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,21 +69,32 @@ class Batch:
         return TransferBatch(
             location=self.location, url=url, direction=self.direction,
             submission_key=self.submission_key,
-            items=tuple(TransferItem(str(i.item_id), i.source, i.destination, i.recursive)
-                        for i in self.items),
+            items=tuple(TransferItem(str(i.item_id), i.source, i.destination, i.recursive,
+                                     i.overwrite, i.verify, i.sha256) for i in self.items),
         )  # fmt: skip
 
 
-def batches(pool: Iterable[PendingItem], *, batch_size: int, free_slots: int) -> list[Batch]:
-    """The batches to submit now: at most ``free_slots`` of at most ``batch_size`` items."""
+def batches(
+    pool: Iterable[PendingItem],
+    *,
+    batch_size: int,
+    free_slots: int,
+    spread: Collection[str] = (),
+) -> list[Batch]:
+    """The batches to submit now: at most ``free_slots`` of at most ``batch_size`` items.
+
+    A location in ``spread`` has a backend that moves a task's items one after another
+    (``TransferBackend.spreads``): slots left free are filled by halving its largest batches,
+    so its items move side by side rather than queued behind each other in one task.
+    """
     if free_slots <= 0:
         return []
-    groups: dict[tuple[str, Direction], list[PendingItem]] = {}
+    groups: dict[tuple[str, Direction, tuple[Overwrite, bool]], list[PendingItem]] = {}
     for item in sorted(pool, key=lambda i: (i.since_seq, str(i.item_id))):
-        groups.setdefault((item.location, item.direction), []).append(item)
+        groups.setdefault((item.location, item.direction, item.policy), []).append(item)
     # Full batches first (they move most per task), then the group waiting longest.
     cut: list[tuple[int, int, Batch]] = []
-    for (location, direction), items in groups.items():
+    for (location, direction, _), items in groups.items():
         chunks: list[tuple[PendingItem, ...]] = [(item,) for item in items if item.alone]
         together = [item for item in items if not item.alone]
         chunks += [
@@ -83,7 +103,19 @@ def batches(pool: Iterable[PendingItem], *, batch_size: int, free_slots: int) ->
         for chunk in chunks:
             cut.append((-len(chunk), chunk[0].since_seq, Batch(location, direction, chunk)))
     cut.sort(key=lambda entry: (entry[0], entry[1]))
-    return [batch for _, _, batch in cut[:free_slots]]
+    chosen = [batch for _, _, batch in cut[:free_slots]]
+    while len(chosen) < free_slots:
+        halvable = [b for b in chosen if b.location in spread and len(b.items) > 1]
+        if not halvable:
+            break
+        widest = max(halvable, key=lambda b: len(b.items))
+        half = (len(widest.items) + 1) // 2
+        at = chosen.index(widest)
+        chosen[at : at + 1] = [
+            replace(widest, items=widest.items[:half]),
+            replace(widest, items=widest.items[half:]),
+        ]
+    return chosen
 
 
 Verdict = Literal["succeeded", "retry", "failed"]
