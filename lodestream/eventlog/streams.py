@@ -1,4 +1,4 @@
-"""The streams, created or updated idempotently (ARCHITECTURE.md §3)."""
+"""The streams, created or updated idempotently (docs/architecture.md §2)."""
 
 from __future__ import annotations
 
