@@ -1,6 +1,6 @@
 """Who may do what on the bus: the control plane, and one least-privilege user per site.
 
-ARCHITECTURE.md §6: a site holds an nkey whose seed never leaves it; the
+docs/architecture.md §12: a site holds an nkey whose seed never leaves it; the
 server knows only the public key. A site may append to its own subjects,
 fetch and ack from its own durable pull consumers (which only the control
 plane creates), and receive replies on its own inbox prefix. It cannot read

@@ -1,7 +1,7 @@
 """A 3-node JetStream cluster: the documented way out of the single embedded server.
 
 With three nodes, ``ensure_streams(js, replicas=3)`` gives R3 streams that
-survive the loss of any one node (ARCHITECTURE.md §7). The configs use the
+survive the loss of any one node (docs/architecture.md §2). The configs use the
 same renderer as the single node; only the ``cluster`` block is added. On
 one machine the nodes differ by port (what the scale-out test runs); on
 three hosts, pass each host's address in ``route_hosts`` and render one

@@ -1,6 +1,6 @@
 """A local certificate authority for the embedded stack's websocket listener.
 
-Sites and launchers reach NATS only through ``wss://`` (ARCHITECTURE.md §6),
+Sites and launchers reach NATS only through ``wss://`` (docs/architecture.md §12),
 so even the laptop demo needs TLS. Rather than ship a key, the first run
 generates a CA in the state directory and signs a loopback server
 certificate with it. The CA is created once and never replaced: clients
