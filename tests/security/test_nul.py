@@ -101,7 +101,7 @@ def with_nul(document: dict[str, Any], *path: str | int) -> bytes:
 
 
 async def rebuild_read_models(stack: Stack) -> RebuildReport:
-    """``lode projector rebuild``, with the controller stopped meanwhile (ARCHITECTURE.md §5)."""
+    """``lode projector rebuild``, the controller stopped meanwhile (docs/architecture.md §7.1)."""
     stack.stop("controller")
     settings = Settings(
         nats_url=stack.client_url,
