@@ -1,8 +1,8 @@
 """A site's leaf node: its own nats-server, in its own JetStream domain, linked to the hub.
 
 A site whose WAN link to the facility may drop runs this server on its login node; its
-agent and pilots connect to it instead of the hub (``docs/architecture.md``, "Leaf-node
-sites"). The leaf:
+agent and pilots connect to it instead of the hub (``docs/architecture.md`` §11,
+"Leaf-node sites"). The leaf:
 
 * dials the hub's ``wss://`` listener with the site's nkey (:class:`LeafRemote`), so on
   the hub it is the site's key with the site's permissions and nothing more

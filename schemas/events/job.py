@@ -93,7 +93,7 @@ class RunProfile(EventData):
     its end. The result event's own ``occurred_at`` is when the result was sent. ``pid`` is
     the task's process id (on the worker rank's node for a task of an mpi-mode pilot, whose
     times are rank 0's observations). It is recorded here and not in ``job.started``: that
-    event is the lease and is appended before the task is spawned (docs/architecture.md,
+    event is the lease and is appended before the task is spawned (docs/architecture.md §9,
     "Profiling inside the pilot").
 
     The times are the pilot's wall clock and must not go backwards; a step of that clock

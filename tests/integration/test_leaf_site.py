@@ -1,4 +1,4 @@
-"""A leaf-node site rides out a WAN cut (docs/architecture.md, "Leaf-node sites").
+"""A leaf-node site rides out a WAN cut (docs/architecture.md §11).
 
 Real processes on loopback: the stack's hub (nats-server with the JetStream domain ``hub``,
 Postgres, projector, controller, api), site ``alpha``'s leaf node (its own nats-server in
