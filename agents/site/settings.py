@@ -223,6 +223,28 @@ class ElasticSettings(ScalerLimits):
         return ScalerLimits.model_validate(self.model_dump(exclude={"enabled", "period_s"}))
 
 
+class RsyncLocationSettings(_Strict):
+    """What a site may set for one ``rsync:`` location (``transfers.rsync.<location>``)."""
+
+    # Added to every run; an allow-list (platform_adapters/transfers/rsync.py), one word each.
+    rsync_options: tuple[OptionValue, ...] = ()
+    io_timeout_s: int = Field(300, ge=1, le=86_400)  # rsync --timeout
+    connect_timeout_s: int = Field(30, ge=1, le=3600)  # ssh ConnectTimeout
+    # How long the shared ssh connection outlives its last run; 0: a login per run.
+    control_persist_s: int = Field(60, ge=0, le=86_400)
+
+    @model_validator(mode="after")
+    def _allowed_options(self) -> Self:
+        from lodestream.platform_adapters.transfers.rsync import (  # noqa: PLC0415
+            rsync_option_problem,
+        )
+
+        for word in self.rsync_options:
+            if problem := rsync_option_problem(word):
+                raise ValueError(problem)
+        return self
+
+
 class TransferSettings(_Strict):
     """The site's transfer module (``agents/site/transfers/``) and the locations it trusts.
 
@@ -241,6 +263,8 @@ class TransferSettings(_Strict):
     link: bool = False  # local backend: hard-link instead of copying, where one filesystem
     ssh_identity: Path | None = None  # rsync over ssh
     ssh_options: tuple[OptionValue, ...] = ()
+    # Per rsync location: its options, timeouts and shared connection (defaults otherwise).
+    rsync: dict[LocationName, RsyncLocationSettings] = Field(default_factory=dict)
     globus_collection: str = ""  # this site's own Globus collection (endpoint) id
     globus_client_id: str = ""  # the native app registered for `lode site globus-login`
     globus_sync_level: Literal["exists", "size", "mtime", "checksum"] = "mtime"
@@ -255,6 +279,13 @@ class TransferSettings(_Strict):
     # For measurements (bench/staging.py): no task is taken as done sooner than this after
     # its submission, as if every task paid a wide-area service's fixed overhead. 0 in use.
     simulated_task_latency_s: float = Field(0.0, ge=0, le=3600)
+
+    @model_validator(mode="after")
+    def _rsync_of_rsync_locations(self) -> Self:
+        for name in self.rsync:
+            if not self.locations.get(name, "").startswith("rsync:"):
+                raise ValueError(f"transfers.rsync.{name}: {name!r} is not an rsync location")
+        return self
 
 
 class SiteSettings(_Strict):

@@ -55,7 +55,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 os.read(wake_r, 4096)
                 _reap(ctl, children)
             if ctl.fileno() in readable:
-                request = frames.recv_with_fd(ctl)
+                try:
+                    request = frames.recv_with_fd(ctl)
+                except (OSError, frames.FrameError):
+                    request = None  # the pilot is gone
                 if request is None:
                     return 0
                 doc, fd = request
