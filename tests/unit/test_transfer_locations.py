@@ -4,10 +4,14 @@ registry that picks a backend by scheme."""
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
+from lodestream.agents.site.settings import SiteSettings
+from lodestream.agents.site.transfers.locations import default_builder
 from lodestream.platform_adapters.errors import UnknownBackend
 from lodestream.platform_adapters.transfers.base import (
     TransferBatch,
@@ -15,9 +19,16 @@ from lodestream.platform_adapters.transfers.base import (
     TransferRefused,
 )
 from lodestream.platform_adapters.transfers.local import LocalBackend, LocalLocation
-from lodestream.platform_adapters.transfers.paths import item_paths, under_base
+from lodestream.platform_adapters.transfers.paths import ItemPaths, item_paths, under_base
 from lodestream.platform_adapters.transfers.registry import backend_for, transfer_schemes
-from lodestream.platform_adapters.transfers.rsync import RsyncBackend, RsyncLocation
+from lodestream.platform_adapters.transfers.rsync import (
+    SOCKET_PATH_MAX,
+    RsyncBackend,
+    RsyncLocation,
+    control_socket,
+    render_rsync_argv,
+    rsync_option_problem,
+)
 
 
 def test_local_urls_with_and_without_a_base() -> None:
@@ -145,3 +156,88 @@ def test_globus_is_loaded_only_when_asked_for() -> None:
         pytest.skip("the Globus backend is present; its own tests construct it")
     with pytest.raises(UnknownBackend, match=r"globus transfer backend \(.*\) is not installed"):
         backend_for("globus://0f7c-endpoint/")
+
+
+def site(tmp_path: Path, transfers: dict[str, object]) -> SiteSettings:
+    return SiteSettings.model_validate({
+        "site": "alpha", "nats": {"url": "wss://127.0.0.1:1"}, "directory": tmp_path,
+        "transfers": transfers,
+    })  # fmt: skip
+
+
+def test_rsync_options_timeouts_and_the_shared_connection_are_settings(tmp_path: Path) -> None:
+    url = "rsync://lode@dtn.example.org:2222/scratch"
+    settings = site(tmp_path, {
+        "locations": {"dtn": url, "near": "rsync:/data"},
+        "max_concurrent": 7,
+        "rsync": {"dtn": {"rsync_options": ["--bwlimit=10m", "--compress"],
+                          "io_timeout_s": 45, "connect_timeout_s": 5, "control_persist_s": 9}},
+    })  # fmt: skip
+    backend = default_builder("dtn", url, settings)
+    assert isinstance(backend, RsyncBackend)
+    try:
+        assert backend.rsync_options == ("--bwlimit=10m", "--compress")
+        assert (backend.io_timeout_s, backend.connect_timeout_s) == (45, 5)
+        ssh = backend.ssh_argv(backend.location)
+        assert "ConnectTimeout=5" in ssh
+        assert "ControlMaster=auto" in ssh
+        assert "ControlPersist=9" in ssh
+        assert f"ControlPath={backend.control_path}" in ssh
+        assert backend.control_path is not None
+        # In the site's directory, or a private /tmp one where that path is too long.
+        assert backend.control_path == control_socket(
+            tmp_path / "transfers" / "ssh", backend.location
+        )
+        argv = render_rsync_argv(
+            "rsync", backend.location, ItemPaths("/a", "/b", remote_source=True),
+            recursive=False, io_timeout_s=45, rsync_options=backend.rsync_options,
+        )  # fmt: skip
+        assert "--timeout=45" in argv
+        assert argv[-5:-3] == ["--bwlimit=10m", "--compress"]
+    finally:
+        backend.close()
+    near = default_builder("near", "rsync:/data", settings)
+    assert isinstance(near, RsyncBackend)
+    assert near.control_path is None  # no ssh: nothing to share
+    near.close()
+
+
+@pytest.mark.parametrize(
+    ("option", "words"),
+    [
+        ("--rsh=sh", "not allowed"),
+        ("--rsync-path=rm -rf /", "not allowed"),
+        ("--delete", "not allowed"),
+        ("--inplace", "not allowed"),
+        ("--bwlimit=10m; reboot", "not a value"),
+        ("--bwlimit", "not allowed"),
+    ],
+)
+def test_rsync_options_outside_the_allow_list_are_refused(
+    tmp_path: Path, option: str, words: str
+) -> None:
+    assert words in (rsync_option_problem(option) or "")
+    with pytest.raises(ValidationError, match=words):
+        site(
+            tmp_path,
+            {"locations": {"dtn": "rsync:/d"}, "rsync": {"dtn": {"rsync_options": [option]}}},
+        )
+
+
+def test_rsync_settings_name_an_rsync_location(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="not an rsync location"):
+        site(tmp_path, {"locations": {"lab": "local:/d"}, "rsync": {"lab": {"io_timeout_s": 5}}})
+
+
+def test_a_control_socket_too_long_for_the_site_directory_goes_to_a_private_tmp_dir(
+    tmp_path: Path,
+) -> None:
+    location = RsyncLocation.parse("rsync://u@h:22/x")
+    short = control_socket(tmp_path, location)
+    assert short.parent == tmp_path
+    deep = tmp_path / ("d" * 120)
+    moved = control_socket(deep, location)
+    assert len(os.fsencode(moved)) <= SOCKET_PATH_MAX
+    assert moved.parent.stat().st_mode & 0o777 == 0o700
+    assert control_socket(deep, location) == moved  # the same place on every start
+    assert control_socket(tmp_path, RsyncLocation.parse("rsync://u@h:23/x")) != short

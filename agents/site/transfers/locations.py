@@ -18,7 +18,7 @@ from typing import Any
 
 from nats.js.errors import NotFoundError
 
-from lodestream.agents.site.settings import SiteSettings
+from lodestream.agents.site.settings import RsyncLocationSettings, SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.platform_adapters.errors import PlatformError
 from lodestream.platform_adapters.transfers.base import TransferBackend
@@ -51,12 +51,18 @@ def default_builder(name: str, url: str, settings: SiteSettings) -> TransferBack
 
     # Each location keeps its own task records: a task id is one backend's to answer for.
     state_dir = settings.site_path(cfg.state_dir) / name
+    # As many tasks at once as the module may have in flight: it spreads batches over them.
+    workers = cfg.max_concurrent
     if url.startswith("rsync:"):
         identity = settings.site_path(cfg.ssh_identity) if cfg.ssh_identity else None
+        own = cfg.rsync.get(name) or RsyncLocationSettings()
         return backend_for(
-            url, state_dir=state_dir, identity_file=identity, ssh_options=cfg.ssh_options
-        )
-    return backend_for(url, state_dir=state_dir, link=cfg.link)
+            url, state_dir=state_dir, identity_file=identity, ssh_options=cfg.ssh_options,
+            rsync_options=own.rsync_options, io_timeout_s=own.io_timeout_s,
+            connect_timeout_s=own.connect_timeout_s, control_persist_s=own.control_persist_s,
+            control_dir=settings.site_path(cfg.state_dir) / "ssh", max_workers=workers,
+        )  # fmt: skip
+    return backend_for(url, state_dir=state_dir, link=cfg.link, max_workers=workers)
 
 
 class Backends:
