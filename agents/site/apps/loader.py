@@ -74,6 +74,8 @@ def to_app_model(app_cls: type[ApplicationDefinition], site: str) -> App:
                 recursive=t.recursive,
                 description=t.description,
                 cache=t.cache,
+                overwrite=t.overwrite,
+                verify=t.verify,
             )
             for n, t in spec.transfers.items()
         },

@@ -27,8 +27,9 @@ ENV_NAME: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 HOOKS: Final = ("preprocess", "postprocess", "handle_error", "handle_timeout", "shell_preamble")
 _PARAMETER_KEYS: Final = frozenset({"required", "default", "help", "type"})
 _SLOT_KEYS: Final = frozenset(
-    {"direction", "local_path", "required", "recursive", "description", "cache"}
-)
+    {"direction", "local_path", "required", "recursive", "description", "cache", "overwrite",
+     "verify"}
+)  # fmt: skip
 MAX_RETRY_BUDGET: Final = 100  # the most retries a site or an app may allow
 BACKOFF_KEYS: Final = ("base_s", "factor", "max_s", "jitter")  # schemas.retry.RetryBackoff
 
@@ -83,6 +84,11 @@ class TransferSlot:
     # An input that pilots may keep in node-local caches, keyed by its source and version,
     # and offer to the jobs that read it again (agents/launcher/cache.py).
     cache: bool = False
+    # An existing destination: "never" (kept unless it holds the same bytes), "always",
+    # "if-newer"; a job's transfer spec may override it. verify: check what is moved.
+    # docs/transfers.md, "Overwrite" and "Integrity".
+    overwrite: Literal["never", "always", "if-newer"] = "never"
+    verify: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -323,6 +329,8 @@ def _transfers(raw: object, fail: Fail) -> dict[str, TransferSlot]:
             raise fail(f"transfer slot {slot!r}: local_path must be relative to the workdir")
         if value.cache and value.direction != "in":
             raise fail(f"transfer slot {slot!r}: only an input (direction 'in') can be cached")
+        if value.overwrite not in ("never", "always", "if-newer"):
+            raise fail(f"transfer slot {slot!r}: overwrite must be never, always or if-newer")
         slots[slot] = value
     return slots
 
