@@ -17,13 +17,14 @@ import uuid
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import TYPE_CHECKING, Any, Final, Self
 
 import httpx
 
 from lodestream.client.config import ClientConfig, resolve
 from lodestream.client.errors import ApiError, JobIdUnresolved, Unreachable
 from lodestream.client.pushed import PushUnavailable, pushed_sequences
+from lodestream.client.typed import TypedReads
 from lodestream.schemas.ids import MIN_ID_PART, id_part
 
 Json = dict[str, Any]
@@ -31,8 +32,9 @@ PROJECTION_WAIT_S: Final = 0.02
 MAX_ID_MATCHES: Final = 20  # jobs an ambiguous part of an id is shown to match
 
 
-class LodeClient:
-    """A synchronous client bound to one API URL and token."""
+class LodeClient(TypedReads):
+    """A synchronous client bound to one API URL and token; its reads return dicts, and
+    their typed twins (``jobs``, ``job``, ``sites``, … in ``client.typed``) the API's models."""
 
     def __init__(self, config: ClientConfig, *, timeout_s: float = 60.0) -> None:
         self.config = config
@@ -400,5 +402,32 @@ def _api_error(response: httpx.Response) -> ApiError:
 # The executor is built on the client; it is importable from here, with what its futures give.
 from lodestream.client.executor import LodeExecutor  # noqa: E402
 from lodestream.client.futures import JobFailed, JobResult, LodeFuture  # noqa: E402
+from lodestream.client.typed import (  # noqa: E402
+    App,
+    BatchJob,
+    Job,
+    JobDetail,
+    JobEvent,
+    RunResult,
+    Site,
+    Transfer,
+)
 
-__all__ = ["ApiError", "JobFailed", "JobResult", "LodeClient", "LodeExecutor", "LodeFuture"]
+__all__ = [
+    "ApiError", "App", "AsyncLodeClient", "BatchJob", "Job", "JobDetail", "JobEvent",
+    "JobFailed", "JobResult", "LodeClient", "LodeExecutor", "LodeFuture", "RunResult", "Site",
+    "Transfer",
+]  # fmt: skip
+
+if TYPE_CHECKING:
+    from lodestream.client.asyncclient import AsyncLodeClient
+
+
+def __getattr__(name: str) -> Any:
+    # AsyncLodeClient is made from LodeClient's methods, so its module imports this one: it
+    # is imported here on first use, and either module may be imported first.
+    if name == "AsyncLodeClient":
+        from lodestream.client.asyncclient import AsyncLodeClient  # noqa: PLC0415
+
+        return AsyncLodeClient
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

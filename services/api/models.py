@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from datetime import datetime
-from typing import Annotated, Any, Final, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,7 +23,6 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 from pydantic_core import PydanticCustomError
-from sqlalchemy import RowMapping
 
 from lodestream.schemas.events.batch import (
     MAX_OPTIONS,
@@ -44,6 +43,9 @@ from lodestream.schemas.nkey import UserPublicKey
 from lodestream.schemas.resources import INT64_MAX, NUL_FREE_PATTERN, TAG_VALUE_MAX_LENGTH
 from lodestream.schemas.strategies import AUTO_SITE, DEFAULT_STRATEGY, RESERVED_SITE_NAMES, Strategy
 from lodestream.schemas.subjects import SITE_SLUG_PATTERN, check_site
+
+if TYPE_CHECKING:  # the SDK imports these models too, and never needs SQLAlchemy
+    from sqlalchemy import RowMapping
 
 TOO_MANY_JOBS: Final = "too_many_jobs"
 """Error type raised while validating a submission with more jobs than allowed (413)."""
