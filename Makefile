@@ -114,10 +114,20 @@ up: $(STAMP) ## Start the embedded stack only
 	$(BIN)/lode up --state-dir $(STATE_DIR)
 
 BENCHES := bench-spine bench-lifecycle bench-staging bench-diffusion bench-watch bench-sse bench-sse-slow \
-	bench-analytics bench-simulate bench-decode bench-acks bench-cluster bench-routing
+	bench-analytics bench-simulate bench-decode bench-acks bench-cluster bench-routing bench-peers
 
 .PHONY: bench $(BENCHES)
 bench: $(BENCHES) ## Run all benchmarks (writes bench/out/, see bench/RESULTS.md)
+
+BENCH_SITE := .venv-bench/site
+BENCH_PEERS := $(shell sed -n '/^bench = \[/s/^bench = \[\(.*\)\]/\1/p' pyproject.toml | tr -d '",')
+
+$(BENCH_SITE)/.installed: pyproject.toml $(STAMP)
+	$(BIN)/pip install --quiet --upgrade --target $(BENCH_SITE) $(BENCH_PEERS)
+	@touch $@
+
+bench-peers: $(BENCH_SITE)/.installed ## Lodestream vs Parsl HTEX, alternately, in one sitting (PEERS_ARGS=--jobs 2000 --rounds 3)
+	PATH=$(CURDIR)/$(BENCH_SITE)/bin:$$PATH $(BIN)/python -m bench.peers $(PEERS_ARGS)
 
 bench-spine: $(STAMP) ## Event spine: submit, projector, rebuild, queries (BENCH_ARGS=--scale 0.1)
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

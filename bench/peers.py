@@ -1,0 +1,211 @@
+"""Issue-34 benchmark: lodestream against Parsl's HighThroughputExecutor, in one sitting.
+
+    make bench-peers          (installs the pinned Parsl into .venv-bench, then runs this)
+    python -m bench.peers [--jobs 2000] [--rounds 3] [--workers 2] [--out bench/out]
+
+Alternates, round after round on the same machine: Parsl HTEX (``python_app`` and
+``bash_app`` no-ops, ``--workers`` workers, run by ``bench/peers_parsl.py`` in the bench
+virtualenv) and lodestream (a no-op Python-function app and ``/bin/true``, one pilot with
+the site's default settings and as many slots as Parsl has workers, submitted through the
+API, finished when the read model says so). Prints each figure, the medians and their
+ratios, CPU seconds per job by component, and submit → RUNNING latency; writes them as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.lifecycle import HEARTBEAT_TTL_S, LifecycleBench, quantiles
+from bench.probe import CpuMeter
+from lodestream.agents.site.directory import init_site_dir
+
+SITE = "lifebench"
+APPS = """
+from lodestream.agents.site.apps import ApplicationDefinition
+
+
+class Noop(ApplicationDefinition):
+    name = "noop"
+    command_template = "/bin/true"
+
+
+class Sleep(ApplicationDefinition):
+    name = "sleep"
+    command_template = "sleep {{ seconds }}"
+
+
+class PyNoop(ApplicationDefinition):
+    name = "pynoop"
+
+    def run(self) -> None:
+        return None
+"""
+BENCH_SITE = Path(".venv-bench/site")
+
+
+class PeerBench(LifecycleBench):
+    """The lifecycle bench's stack, with a site of default settings but ``slots`` cores."""
+
+    def __init__(self, root: Path, slots: int) -> None:
+        super().__init__(root)
+        self.slots = slots
+
+    def start(self) -> Any:
+        info = self.stack.start("bench")
+        site_dir = self.root / "site"
+        public_key = init_site_dir(
+            site_dir, SITE, nats_url=info.websocket_url, ca_file=info.ca_file,
+            api_url=info.api_url, examples=False,
+            launcher={"idle_ttl_s": 3600, "heartbeat_ttl_s": HEARTBEAT_TTL_S,
+                      "cores_per_node": self.slots},
+        )  # fmt: skip
+        (site_dir / "apps" / "bench.py").write_text(APPS)
+        with self.http(info) as http:
+            response = http.post("/sites", params={"wait": True},
+                                 json={"name": SITE, "public_key": public_key})  # fmt: skip
+            response.raise_for_status()
+        self.stack.supervise_once()
+        from lodestream.services.embedded.process import ServiceProcess  # noqa: PLC0415
+
+        cli = [sys.executable, "-m", "lodestream.client.cli.main"]
+        agent = ServiceProcess("site-agent", [*cli, "site", "start", str(site_dir)], {},
+                               self.root / "agent.log")  # fmt: skip
+        agent.start()
+        self.stack.services.append(agent)
+        self.site_dir = site_dir
+        self.info = info
+        self._wait_for_apps()
+        return info
+
+    def _jobs(self, n: int, tag: str, app: str = "noop", **extra: Any) -> list[dict[str, Any]]:
+        # One slot (core) per job: as many at once as the pilot has slots.
+        return [{"site": SITE, "app": app, "workdir": f"{tag}/{i}", "tags": {"run": tag},
+                 "node_packing_count": self.slots, **extra} for i in range(n)]  # fmt: skip
+
+    def run_jobs(self, n: int, app: str) -> dict[str, Any]:
+        tag = f"{app}-{uuid.uuid4().hex[:8]}"
+        jobs = self._jobs(n, tag, app=app)
+        meter = CpuMeter(self.pids()).start()
+        started = time.perf_counter()
+        with self.http() as http:
+            for i in range(0, n, 5000):
+                http.post("/jobs", json={"jobs": jobs[i : i + 5000]}).raise_for_status()
+        deadline = time.monotonic() + max(600.0, n / 5)
+        while (done := self._count("JOB_FINISHED", tag)) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        total = time.perf_counter() - started
+        cpu = meter.stop()
+        return {"jobs": n, "finished": done, "seconds": total, "jobs_per_s": done / total,
+                "cpu_ms_per_job": {k: round(v / 100 * total / max(done, 1) * 1000, 3)
+                                   for k, v in cpu.items()}}  # fmt: skip
+
+    def latency_to_running(self, n: int, app: str) -> dict[str, float]:
+        to_running: list[float] = []
+        with self.http() as http:
+            for _ in range(n):
+                tag = f"lat-{uuid.uuid4().hex[:8]}"
+                job_id = http.post("/jobs", json={"jobs": self._jobs(1, tag, app=app)}).json()[
+                    "jobs"
+                ][0]["id"]
+                while True:
+                    job = http.get(f"/jobs/{job_id}")
+                    if job.status_code == 200 and job.json()["state"] == "JOB_FINISHED":
+                        break
+                    time.sleep(0.002)
+                times = {k: datetime.fromisoformat(v) for k, v in job.json()["stage_times"].items()}
+                to_running.append((times["RUNNING"] - times["CREATED"]).total_seconds() * 1000)
+        return quantiles(to_running)
+
+
+def parsl_round(n: int, workers: int) -> dict[str, Any]:
+    """One round of Parsl in the bench virtualenv (a child: its CPU is counted on exit)."""
+    env = {**os.environ, "PYTHONPATH": str(BENCH_SITE.resolve()),
+           "PATH": f"{(BENCH_SITE / 'bin').resolve()}:{os.environ.get('PATH', '')}"}  # fmt: skip
+    before = os.times()
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.peers_parsl", "--jobs", str(n), "--workers", str(workers)],
+        env=env, capture_output=True, text=True, check=True, timeout=1200,
+    )  # fmt: skip
+    after = os.times()
+    doc: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    cpu_s = (after.children_user - before.children_user) + (
+        after.children_system - before.children_system
+    )
+    doc["cpu_ms_per_job_all"] = round(cpu_s / (2 * n) * 1000, 3)  # both apps, whole process tree
+    return doc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawTextHelpFormatter
+    )
+    parser.add_argument("--jobs", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--latency-jobs", type=int, default=50)
+    parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    args = parser.parse_args(argv)
+    if not BENCH_SITE.is_dir():
+        parser.error(f"no {BENCH_SITE}: run `make bench-peers` (it installs the pinned Parsl)")
+    root = Path(tempfile.mkdtemp(prefix="lode-peers-"))
+    root.chmod(0o711)  # Postgres runs as its own account when we are root
+    bench = PeerBench(root, args.workers)
+    rounds: list[dict[str, Any]] = []
+    results: dict[str, Any] = {"date": datetime.now(UTC).isoformat(), "cpus": os.cpu_count(),
+                               "jobs": args.jobs, "workers": args.workers}  # fmt: skip
+    try:
+        bench.start()
+        bench.start_pilot("pilot-1")
+        bench.run_jobs(200, "pynoop")  # warm-up: caches, consumers, the pilot's workers
+        for i in range(args.rounds):
+            one: dict[str, Any] = {"parsl": parsl_round(args.jobs, args.workers)}
+            one["lode_function"] = bench.run_jobs(args.jobs, "pynoop")
+            one["lode_true"] = bench.run_jobs(args.jobs, "noop")
+            rounds.append(one)
+            print(json.dumps({"round": i, **one}), flush=True)
+        results["latency_to_running_ms"] = {
+            "pynoop": bench.latency_to_running(args.latency_jobs, "pynoop"),
+            "noop": bench.latency_to_running(args.latency_jobs, "noop"),
+        }
+    finally:
+        bench.stop()
+    results["rounds"] = rounds
+    results["summary"] = summary(rounds)
+    shown = {k: results[k] for k in ("summary", "latency_to_running_ms")}
+    print(json.dumps(shown, indent=2))
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"peers-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
+    out.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
+def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    def med(path: tuple[str, str]) -> float:
+        return statistics.median(r[path[0]][path[1]] for r in rounds)
+
+    python_app, bash_app = med(("parsl", "python_app_per_s")), med(("parsl", "bash_app_per_s"))
+    function, true = med(("lode_function", "jobs_per_s")), med(("lode_true", "jobs_per_s"))
+    return {
+        "parsl_python_app_per_s": round(python_app, 1),
+        "parsl_bash_app_per_s": round(bash_app, 1),
+        "lode_function_per_s": round(function, 1),
+        "lode_true_per_s": round(true, 1),
+        "ratio_function_vs_python_app": round(function / python_app, 3),
+        "ratio_true_vs_bash_app": round(true / bash_app, 3),
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
