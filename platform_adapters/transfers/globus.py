@@ -27,7 +27,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Final, Literal, TypeGuard, get_args
 from urllib.parse import urlsplit
 
-from globus_sdk import GlobusAPIError, NetworkError, TransferClient, TransferData
+from globus_sdk import MISSING, GlobusAPIError, NetworkError, TransferClient, TransferData
 
 from lodestream.platform_adapters.transfers.base import (
     TASK_ID,
@@ -181,14 +181,19 @@ class GlobusBackend(TransferBackend):
             destination,
             label=f"lodestream {batch.location} {batch.direction}"[:LABEL_MAX].strip(),
             submission_id=sub_id,
-            sync_level=self.sync_level,
+            sync_level=self._sync_level(batch) or MISSING,
             verify_checksum=True,
             skip_source_errors=True,
             fail_on_quota_errors=True,
             notify_on_succeeded=False,  # one mail per staged batch would bury the useful ones
         )
-        for item in items:
-            data.add_item(item.source, item.destination, recursive=item.recursive)
+        for item, asked in zip(items, batch.items, strict=True):
+            # Globus checks the file it wrote against the expected digest and fails it if not.
+            data.add_item(
+                item.source, item.destination, recursive=item.recursive,
+                external_checksum=asked.sha256 or MISSING,
+                checksum_algorithm="SHA256" if asked.sha256 else MISSING,
+            )  # fmt: skip
         with mapped_errors(self.site_dir, f"submit a transfer for location {batch.location}"):
             result = self.client.submit_transfer(data)
         code, task_id = result.get("code"), result.get("task_id")
@@ -200,6 +205,23 @@ class GlobusBackend(TransferBackend):
         self.records.add(TaskRecord(task_id, sub_id, batch.location, items))
         log.info("globus task %s for %s: %s (submission %s)", task_id, batch.location, code, sub_id)
         return task_id
+
+    def _sync_level(self, batch: TransferBatch) -> SyncLevel | None:
+        """The task's sync level from its items' overwrite policy (the module never mixes
+        policies in one batch): ``if-newer`` is Globus's ``mtime``; ``never`` its
+        ``checksum``: a file already holding the source's bytes is not copied again, but
+        Globus has no way to keep one that differs, so it is replaced (docs/transfers.md);
+        ``always``: no sync level, every file is copied. ``sync_level`` (the site's
+        ``globus_sync_level``) stands for ``always`` only where it is not the default."""
+        policies = {item.overwrite for item in batch.items}
+        if len(policies) != 1:
+            raise TransferRefused("globus: one task takes one overwrite policy for its items")
+        policy = policies.pop()
+        if policy == "if-newer":
+            return "mtime"
+        if policy == "never":
+            return "checksum"
+        return None if self.sync_level == "mtime" else self.sync_level
 
     def _record(self, task_id: str) -> TaskRecord:
         record = self.records.load(task_id) if _is_task_uuid(task_id) else None

@@ -38,6 +38,7 @@ from lodestream.platform_adapters.transfers.globus import (
     parse_globus_url,
     submission_id,
 )
+from lodestream.schemas.resources import Overwrite
 
 SITE = "0d4a7c5e-1b2f-4c3d-8e9f-a0b1c2d3e4f5"  # the site's own collection
 REMOTE = "6c54cade-bde5-45c1-bdea-f4bd71dba2cc"  # the location's collection
@@ -140,7 +141,7 @@ def test_submit_sends_one_task_with_every_item_and_the_key_s_submission_id(
     body = sent()
     assert body["submission_id"] == submission_id("b-1")
     assert (body["source_endpoint"], body["destination_endpoint"]) == (REMOTE, SITE)
-    assert body["sync_level"] == 2  # mtime
+    assert body.get("sync_level") is None  # overwrite: always copies every file
     assert body["verify_checksum"] is True
     assert body["skip_source_errors"] is True
     assert body["fail_on_quota_errors"] is True
@@ -186,6 +187,34 @@ def test_sync_level_is_configurable(tmp_path: Path) -> None:
     checksum = GlobusBackend(client, site_collection=SITE, site_dir=tmp_path, sync_level="checksum")
     checksum.submit(batch(TransferItem("i", "/a", "/site/a")))
     assert sent()["sync_level"] == 3
+
+
+@pytest.mark.parametrize(("overwrite", "level"), [("always", None), ("if-newer", 2), ("never", 3)])
+def test_the_overwrite_policy_picks_the_sync_level(
+    backend: GlobusBackend, overwrite: Overwrite, level: int | None
+) -> None:
+    accepted()
+    backend.submit(batch(TransferItem("i", "/a", "/scratch/a", overwrite=overwrite)))
+    assert sent().get("sync_level") == level
+
+
+def test_an_expected_digest_goes_to_globus_as_the_external_checksum(
+    backend: GlobusBackend,
+) -> None:
+    accepted()
+    digest = "ab" * 32
+    backend.submit(batch(TransferItem("i", "/a", "/scratch/a", sha256=digest)))
+    item = sent()["DATA"][0]
+    assert (item["external_checksum"], item["checksum_algorithm"]) == (digest, "SHA256")
+
+
+def test_items_under_different_policies_are_refused_together(backend: GlobusBackend) -> None:
+    mixed = [
+        TransferItem("a", "/a", "/scratch/a"),
+        TransferItem("b", "/b", "/scratch/b", overwrite="never"),
+    ]
+    with pytest.raises(TransferRefused, match="one overwrite policy"):
+        backend.submit(batch(*mixed))
 
 
 def test_bad_settings_are_refused_at_construction(tmp_path: Path) -> None:
