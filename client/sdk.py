@@ -225,6 +225,31 @@ class LodeClient(TypedReads):
         body = {"reason": reason} if reason else None
         return self._request("POST", f"/jobs/{job_id}/reset", json=body)
 
+    def kill_jobs(self, *, reason: str = "", dry_run: bool = False, **selection: Any) -> Json:
+        """Kill, in one request, every job ``selection`` picks that is not final: any of
+        ``ids``, ``site``, ``app``, ``states``, ``tags`` (``["key:value"]``), ``parent_id``,
+        ``created_after``, ``created_before`` (all must hold), ``limit``.
+
+        Returns counts: ``matched``, ``acted``, ``refused`` (with ``refusals``), ``gone``
+        (moved on meanwhile) and ``more``: true when more jobs match than one request acts on
+        (``api.max_jobs_per_request``); call again for those. ``dry_run`` only counts.
+        """
+        return self._bulk("kill", reason, dry_run, selection)
+
+    def reset_jobs(self, *, reason: str = "", dry_run: bool = False, **selection: Any) -> Json:
+        """Send every FAILED or KILLED job ``selection`` picks back to READY, in one request
+        (the selection and the answer as for :meth:`kill_jobs`)."""
+        return self._bulk("reset", reason, dry_run, selection)
+
+    def _bulk(self, verb: str, reason: str, dry_run: bool, selection: Mapping[str, Any]) -> Json:
+        body: Json = {**selection, "reason": reason, "dry_run": dry_run}
+        for name in ("created_after", "created_before"):
+            if hasattr(body.get(name), "isoformat"):
+                body[name] = body[name].isoformat()
+        if body.get("ids"):
+            body["ids"] = [str(i) for i in body["ids"]]
+        return self._request("POST", f"/jobs/{verb}", json=body)
+
     # --- pilot batch jobs -------------------------------------------------------------------
 
     def request_batch_job(
@@ -339,6 +364,16 @@ class LodeClient(TypedReads):
         """Who the token belongs to, the credential sync's state, and your bindings it left out
         of NATS (each cannot connect until you bind a new key)."""
         return self._request("GET", "/users/me")
+
+    def tokens(self) -> list[Json]:
+        """Your live API tokens: ``id`` (the start of the stored digest, never the secret),
+        ``created_at``, and ``current``, true for the token this client uses."""
+        return self._request_list("GET", "/users/me/tokens")
+
+    def revoke_token(self, token_id: str) -> Json:
+        """Revoke one of your tokens by its id (see :meth:`tokens`); it is refused from its
+        next request on, this client's own included."""
+        return self._request("DELETE", f"/users/me/tokens/{token_id}")
 
     def health(self) -> Json:
         """``/healthz``: the API serves, and the credential sync's state (``null`` if none)."""

@@ -44,10 +44,10 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-async def current_user(
-    ctx: Context,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> str:
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+async def current_user(ctx: Context, credentials: Bearer) -> str:
     if credentials is None:
         raise Unauthorized("missing credentials: send 'Authorization: Bearer <token>'")
     async with ctx.engine.connect() as conn:

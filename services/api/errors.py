@@ -147,6 +147,7 @@ def invalid_from_errors(errors: Sequence[Any], prefix: str = "invalid request") 
     return InvalidInput(message, details)
 
 
+TAG_FILTER_RULE: Final = "a tag filter is key:value, the key 1-64 letters, digits or '_.-'"
 # The rule behind each pattern of the API's inputs reads better than the regular expression
 # that pydantic would quote (a pattern not listed here is quoted as it is).
 _PATTERN_RULES: Final = {
@@ -158,7 +159,7 @@ _PATTERN_RULES: Final = {
     ),
     SITE_SLUG_PATTERN: "a site name is 1-40 lowercase letters, digits and inner hyphens",
     APP_NAME_PATTERN: "an app name is a letter or '_', then up to 79 letters, digits, '_.-'",
-    TAG_FILTER_PATTERN: "a tag filter is key:value, the key 1-64 letters, digits or '_.-'",
+    TAG_FILTER_PATTERN: TAG_FILTER_RULE,
     SCHEDULER_WORD_PATTERN: "one word of at most 128 printable characters, not starting with '-'",
     LAUNCH_KEY_PATTERN: "a launch_params key is an option as written: '-' or '--', then a name",
     LAUNCH_VALUE_PATTERN: (

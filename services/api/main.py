@@ -23,6 +23,7 @@ from lodestream.services.api.routes import (
     actions,
     apps,
     batch,
+    bulk,
     events,
     health,
     jobs,
@@ -31,6 +32,7 @@ from lodestream.services.api.routes import (
     results,
     sites,
     stream,
+    tokens,
     transfers,
     ui,
 )
@@ -75,8 +77,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.feed_hubs = FeedHubs(FrameCache())  # the push feed's, shared by its clients
     app.state.feed_slots = StreamSlots()  # the push feed's streams open per user
     routers = (
-        jobs, results, actions, sites, apps, batch, transfers, events, stream, ui, monitoring, me,
-        health,
+        jobs, results, bulk, actions, sites, apps, batch, transfers, events, stream, ui,
+        monitoring, me, tokens, health,
     )  # fmt: skip
     for module in routers:
         app.include_router(module.router)

@@ -55,6 +55,7 @@ MAX_PAGE_SIZE: Final = 1000
 SEQ_MAX: Final = INT64_MAX  # stream sequences and offsets are Postgres bigint
 MAX_TEXT: Final = 2000
 # A tag filter splits at its first ':', so its key cannot hold one (a TagKey may).
+TAG_FILTER_MAX_LENGTH: Final = 65 + TAG_VALUE_MAX_LENGTH
 TAG_FILTER_PATTERN: Final = rf"^[A-Za-z0-9_.-]{{1,64}}:[^\x00]{{0,{TAG_VALUE_MAX_LENGTH}}}$"
 
 # Free text (a description, a reason) as it reaches text and jsonb columns: bounded, no NUL.

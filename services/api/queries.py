@@ -149,6 +149,7 @@ class JobFilter:
     updated_before: datetime | None = None
     id_prefix: str | None = None  # hex digits, as schemas.ids.id_part gives them
     id_suffix: str | None = None
+    ids: Sequence[uuid.UUID] = ()  # only these jobs (a bulk action's named jobs)
 
 
 def _conditions(owner: str, f: JobFilter) -> list[ColumnElement[bool]]:
@@ -159,6 +160,8 @@ def _conditions(owner: str, f: JobFilter) -> list[ColumnElement[bool]]:
     if f.app is not None:
         plain.append(jobs.c.app == f.app)
     plain.extend(id_conditions(f.id_prefix, f.id_suffix))
+    if f.ids:
+        plain.append(jobs.c.id == _ids("ids", f.ids))
     if len(f.states) == 1:
         plain.append(jobs.c.state == f.states[0])
     elif f.states:

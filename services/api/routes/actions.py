@@ -97,7 +97,7 @@ async def _act(
             site=row["site"], aggregate_id=job_id, actor=actor(user), data=ReasonData(reason=reason)
         )
         try:
-            after = apply(_view(row), event, int(row["last_seq"]) + 1)
+            after = apply(view_of(row), event, int(row["last_seq"]) + 1)
         except IllegalTransition as exc:
             verb = "kill" if kind is JobKilled else "reset"
             raise Conflict(f"cannot {verb} job {job_id}: {exc}") from exc
@@ -111,7 +111,8 @@ async def _act(
     raise Conflict(f"job {job_id} kept changing; try again")
 
 
-def _view(row: RowMapping) -> JobView:
+def view_of(row: RowMapping) -> JobView:
+    """The fold's view of a job as the read model shows it, to judge an action on."""
     stage_times: dict[str, Any] = row["stage_times"] or {}
     return JobView(
         id=row["id"],

@@ -17,12 +17,14 @@ from lodestream.services.api.errors import (
     documented,
 )
 from lodestream.services.api.models import AppOut
+from lodestream.services.api.strictquery import KnownQuery
 
 router = APIRouter(tags=["apps"])
 
 
 @router.get(
     "/apps",
+    dependencies=[KnownQuery],
     response_model=list[AppOut],
     responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
 )

@@ -46,6 +46,7 @@ from lodestream.services.api.errors import (
 )
 from lodestream.services.api.models import BatchJobAccepted, BatchJobCreate, BatchJobOut
 from lodestream.services.api.routes.actions import ActionBody, OptionalBody
+from lodestream.services.api.strictquery import KnownQuery
 
 router = APIRouter(tags=["batch jobs"])
 
@@ -105,6 +106,7 @@ async def request_pilot(
 
 @router.get(
     "/sites/{site}/batch-jobs",
+    dependencies=[KnownQuery],
     response_model=list[BatchJobOut],
     responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
 )
@@ -119,6 +121,7 @@ async def list_site_batch_jobs(
 
 @router.get(
     "/batch-jobs",
+    dependencies=[KnownQuery],
     response_model=list[BatchJobOut],
     responses=documented(Unauthorized, InvalidInput, Unavailable),
 )

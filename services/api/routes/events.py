@@ -11,6 +11,7 @@ from lodestream.services.api import queries
 from lodestream.services.api.deps import Context, Db, User
 from lodestream.services.api.errors import InvalidInput, Unauthorized, Unavailable, documented
 from lodestream.services.api.models import MAX_PAGE_SIZE, SEQ_MAX, EventPage, JobEventOut
+from lodestream.services.api.strictquery import KnownQuery
 from lodestream.services.projector.position import applied_seq
 
 router = APIRouter(tags=["events"])
@@ -18,6 +19,7 @@ router = APIRouter(tags=["events"])
 
 @router.get(
     "/events",
+    dependencies=[KnownQuery],
     response_model=EventPage,
     responses=documented(Unauthorized, InvalidInput, Unavailable),
 )

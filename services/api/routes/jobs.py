@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Sequence
 from typing import Annotated, Final
 
 from fastapi import APIRouter, Query, Request, Response
-from pydantic import AwareDatetime, StringConstraints, ValidationError
+from pydantic import AwareDatetime, StringConstraints, ValidationError, WithJsonSchema
 
 from lodestream.eventlog.wire import Outgoing
 from lodestream.schemas.envelope import now
@@ -20,6 +21,7 @@ from lodestream.services.api.appends import Accepted, Refused
 from lodestream.services.api.deps import Context, Db, User
 from lodestream.services.api.errors import (
     MAX_DETAILS,
+    TAG_FILTER_RULE,
     Conflict,
     InvalidInput,
     NotFound,
@@ -34,6 +36,7 @@ from lodestream.services.api.errors import (
 from lodestream.services.api.models import (
     MAX_PAGE_SIZE,
     SEQ_MAX,
+    TAG_FILTER_MAX_LENGTH,
     TAG_FILTER_PATTERN,
     TOO_MANY_JOBS,
     JobDetail,
@@ -46,6 +49,7 @@ from lodestream.services.api.models import (
     TransferItemOut,
     inline_schema,
 )
+from lodestream.services.api.strictquery import KnownQuery
 
 router = APIRouter(tags=["jobs"])
 
@@ -54,7 +58,13 @@ ID_PART_HELP: Final = (
     f"at least {MIN_ID_PART} hex digits: jobs whose id begins (id_prefix) or ends (id_suffix) "
     "with them"
 )
-TagFilter = Annotated[str, StringConstraints(pattern=TAG_FILTER_PATTERN)]
+# Checked by parse_tags, not by the query's pattern: a ``key=value`` is told its right form.
+TagFilter = Annotated[
+    str,
+    StringConstraints(max_length=TAG_FILTER_MAX_LENGTH),
+    WithJsonSchema({"type": "string", "pattern": TAG_FILTER_PATTERN}),
+]
+_TAG_FILTER: Final = re.compile(TAG_FILTER_PATTERN)
 
 _SUBMIT_BODY: Final = {
     "required": True,
@@ -179,7 +189,10 @@ def _accepted_or_raise(results: list[Accepted | Refused], keyed: bool) -> Submit
 
 
 @router.get(
-    "/jobs", response_model=JobPage, responses=documented(Unauthorized, InvalidInput, Unavailable)
+    "/jobs",
+    response_model=JobPage,
+    responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
+    dependencies=[KnownQuery],
 )
 async def list_jobs(
     *,
@@ -203,6 +216,8 @@ async def list_jobs(
 ) -> JobPage:
     if limit > ctx.settings.api.max_page_size:
         raise InvalidInput(f"limit must be at most {ctx.settings.api.max_page_size}, got {limit}")
+    if site is not None and await queries.site_owner(db, site) != user:
+        raise NotFound(f"site {site!r} not found")  # as submit says it, another's site too
     filters = queries.JobFilter(
         site=site,
         app=app,
@@ -237,12 +252,18 @@ def _id_part(name: str, value: str | None) -> str | None:
     return digits
 
 
-def parse_tags(raw: list[str]) -> dict[str, str]:
+def parse_tags(raw: list[str], where: str = "query.tag") -> dict[str, str]:
+    """``key:value`` filters → ``{key: value}``; a ``key=value`` is refused with its right
+    form (the message says where: ``query.tag.0``, ``body.tags.1``)."""
     tags: dict[str, str] = {}
-    for item in raw:
-        key, sep, value = item.partition(":")
-        if not sep or not key:
-            raise InvalidInput(f"tag filter {item!r} must be key:value")
+    for n, item in enumerate(raw):
+        if not _TAG_FILTER.fullmatch(item):
+            key, eq, value = item.partition("=")
+            hint = f"; write {key}:{value}" if eq and key and ":" not in key else ""
+            raise InvalidInput(
+                f"invalid request: {where}.{n}: {TAG_FILTER_RULE}, got {item!r}{hint}"
+            )
+        key, _, value = item.partition(":")
         if tags.setdefault(key, value) != value:
             raise InvalidInput(f"tag {key!r} is given twice with different values")
     return tags

@@ -38,6 +38,7 @@ from lodestream.services.api.models import (
     SiteKey,
     SiteOut,
 )
+from lodestream.services.api.strictquery import KnownQuery
 from lodestream.services.api.submit import actor
 
 router = APIRouter(tags=["sites"])
@@ -94,6 +95,7 @@ async def register_site(
 
 @router.get(
     "/sites",
+    dependencies=[KnownQuery],
     response_model=list[SiteOut],
     responses=documented(Unauthorized, InvalidInput, Unavailable),
 )

@@ -27,6 +27,7 @@ from lodestream.services.api.errors import (
     documented,
 )
 from lodestream.services.api.models import TransferItemOut
+from lodestream.services.api.strictquery import KnownQuery
 
 router = APIRouter(tags=["transfers"])
 
@@ -42,6 +43,7 @@ StateFilter = Annotated[
 
 @router.get(
     "/sites/{name}/transfers",
+    dependencies=[KnownQuery],
     response_model=list[TransferItemOut],
     responses=documented(Unauthorized, NotFound, InvalidInput, Unavailable),
 )

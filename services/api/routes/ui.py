@@ -33,6 +33,7 @@ from lodestream.services.api.errors import (
 )
 from lodestream.services.api.models import JobEventOut, JobOut
 from lodestream.services.api.routes.jobs import TAG_HELP, TagFilter, parse_tags
+from lodestream.services.api.strictquery import KnownQuery
 from lodestream.services.api.uisession import COOKIE, Viewer, session_value
 
 router = APIRouter(tags=["dashboard"])
@@ -108,7 +109,7 @@ async def log_out() -> Response:
     return response
 
 
-@router.get("/ui/api/summary", responses=_READS)
+@router.get("/ui/api/summary", responses=_READS, dependencies=[KnownQuery])
 async def summary(
     user: Viewer,
     ctx: Context,
@@ -121,7 +122,9 @@ async def summary(
     return {"user": user, **await dashboard.snapshot(ctx.engine, user, app, tags)}
 
 
-@router.get("/ui/api/jobs", response_model=list[JobOut], responses=_READS)
+@router.get(
+    "/ui/api/jobs", response_model=list[JobOut], responses=_READS, dependencies=[KnownQuery]
+)
 async def search_jobs(
     *,
     user: Viewer,
