@@ -96,10 +96,10 @@ def test_a_recording_takes_each_jobs_times_and_its_profiles_run_time() -> None:
 def test_calibration_by_hand() -> None:
     cal = calibrate(recording(events()))
     first, second = sorted(cal.jobs, key=lambda j: j.attempts[0].dispatch_s)
-    # Two slots: each job had one free from the session's opening; dispatch is from
-    # runnable (0.1) to the lease.
+    # Two slots, open from the pilot's first lease (0.2): the first job's dispatch is none,
+    # the second's from then to its lease.
     dispatch = {round(j.attempts[0].dispatch_s, 6) for j in (first, second)}
-    assert dispatch == {0.1, 1.2}
+    assert dispatch == {0.0, 1.1}
     assert first.prepare_s == pytest.approx(0.1)
     assert cal.pilots == {SITE: (cal.pilots[SITE][0],)}
     assert cal.pilots[SITE][0].slots_per_node == (2,)  # min(cores 2, packing 4)

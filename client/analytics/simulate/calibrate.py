@@ -13,12 +13,14 @@ what each step cost.
   out; the pilot's time in the slot besides the process (spawn and report); and *finish*,
   the last result → ``job.finished`` (staging out, postprocessing) or ``job.failed``.
 * **Run times**: each run's process run time (the pilot's profile when it recorded one).
-* **Capacity**: the pilots from their ``session.opened``: their nodes, each with as many
-  slots as the pilot's packer gives the jobs it ran — a node's cores over a job's ranks, and
-  at most the jobs' ``node_packing_count`` (the most any of them allows). A pilot
-  seen only in ``job.started`` (a feed without session events) is taken to have opened at
-  its first lease, with the nodes its runs' placements name, each as wide as the most runs
-  it was seen to hold at once (one node, if no placement was recorded).
+* **Capacity**: the pilots from their ``session.opened``: their nodes, a slot per core,
+  open from their first lease (a pilot's own start is not its first jobs' dispatch delay).
+  Each job of one node holds the share of a node the pilot's packer gives it: of ``c``
+  cores, ``c`` over as many such jobs as fit (``c // ranks_per_node``, at most its
+  ``node_packing_count``). A pilot seen only in ``job.started`` (a feed without session
+  events) is taken to have opened at its first lease, with the nodes its runs'
+  placements name, each as wide as the most runs it was seen to hold at once (one node,
+  if no placement was recorded); a job then holds one slot.
 * **I/O** (optional): with an I/O fraction and the bandwidth of the storage the run read
   from, that fraction of each run, at its start, is I/O, and the bytes it moved are what
   its share of the bandwidth carried in that time, shared equally among the runs of its
@@ -29,7 +31,6 @@ what each step cost.
 from __future__ import annotations
 
 import bisect
-import heapq
 import statistics
 import uuid
 from collections import defaultdict
@@ -83,7 +84,9 @@ def calibrate(recorded: Recording, io: IOModel | None = None) -> Calibration:
         raise NothingToCalibrate(f"no job in the recording ran to JOB_FINISHED{why}")
     t0 = min(j.created for j in jobs)
     pilots, source = _pilots(jobs, recorded.pilots)
-    dispatch = _dispatch(jobs, pilots)
+    known = {p.session: p for p in recorded.pilots}  # pilots whose nodes' cores are known
+    width = {p.session: p.slots_per_node for ps in pilots.values() for p in ps}
+    dispatch = _dispatch(jobs, pilots, set(known))
     moved = _io_bytes(jobs, io) if io is not None else {}
     index = {j.job_id: i for i, j in enumerate(jobs)}
     traces = []
@@ -99,12 +102,16 @@ def calibrate(recorded: Recording, io: IOModel | None = None) -> Calibration:
                 compute_s=run.run_s - io_part, io_bytes=moved.get((job.job_id, k), 0.0),
                 requeue_s=max(run.runnable - before, 0.0) if k else 0.0,
                 backoff_s=max(run.eligible - (run.runnable if k else before), 0.0),
+                order=run.started - t0,
             ))  # fmt: skip
             before = run.result
         ready = max(job.first_runnable - after, 0.0) if job.runs else 0.0
+        seen = job.runs[0].session if job.runs else None
+        units = _units(job, max(width[seen])) if seen is not None and seen in known else 1
         traces.append(JobTrace(
             site=job.site, app=job.app, num_nodes=job.num_nodes, arrival=job.created - t0,
             prepare_s=ready, attempts=tuple(attempts), parents=parents,
+            units=units,
             finish_s=max(job.ended - (job.result if job.runs else after), 0.0),
         ))  # fmt: skip
     shapes = {site: tuple(PilotShape(max(p.opened - t0, 0.0), p.slots_per_node) for p in ps)
@@ -141,7 +148,10 @@ def _pilots(
     for session, ran in used.items():
         pilot = known.get(session)
         if pilot is not None:
-            pilot = _packed(pilot, [job for job, _ in ran])
+            # Open from its first lease: a pilot's start (its consumer, its first fetch)
+            # is its own, not the first jobs' dispatch delay.
+            first = min(run.started for _, run in ran)
+            pilot = replace(pilot, opened=max(pilot.opened, first))
         else:
             inferred += 1
             runs = [run for _, run in ran]
@@ -157,12 +167,11 @@ def _pilots(
     return by_site, f"session events; {inferred} pilot(s) inferred from job.started placements"
 
 
-def _packed(pilot: RecordedPilot, ran: list[RecordedJob]) -> RecordedPilot:
-    """``pilot`` with a slot per job its packer could place at once on each node."""
-    ranks = max(j.ranks_per_node for j in ran)
-    per_node = max(j.per_node for j in ran)
-    slots = tuple(max(min(cores // ranks, per_node), 1) for cores in pilot.slots_per_node)
-    return replace(pilot, slots_per_node=slots)
+def _units(job: RecordedJob, cores: int) -> int:
+    """The slots (cores) of a node of ``cores`` that ``job`` holds: its packer places
+    ``cores // ranks`` such jobs on it, and at most its ``node_packing_count``."""
+    shares = max(min(cores // max(job.ranks_per_node, 1), job.per_node), 1)
+    return max(cores // shares, 1)
 
 
 def _nodes_seen(runs: list[RecordedRun]) -> tuple[int, ...]:
@@ -186,23 +195,47 @@ def _most_at_once(runs: list[RecordedRun]) -> int:
 
 
 def _dispatch(
-    jobs: list[RecordedJob], pilots: dict[str, list[RecordedPilot]]
+    jobs: list[RecordedJob], pilots: dict[str, list[RecordedPilot]], known: set[uuid.UUID]
 ) -> dict[tuple[uuid.UUID, int], float]:
-    """Each run's lease delay from the moment a slot of its pilot was free for it."""
+    """Each run's lease delay from the moment a node of its pilot had room for it.
+
+    The runs are placed in lease order as the simulator places them (the first node with
+    room for the job's share); the room came when the node last went from too full for it
+    to enough, among the runs placed before it.
+    """
     slots = {p.session: p for ps in pilots.values() for p in ps}
-    by_pilot: dict[uuid.UUID, list[tuple[uuid.UUID, int, RecordedRun]]] = defaultdict(list)
+    by_pilot: dict[uuid.UUID, list[tuple[RecordedJob, int, RecordedRun]]] = defaultdict(list)
     for job in jobs:
         for k, run in enumerate(job.runs):
-            by_pilot[run.session].append((job.job_id, k, run))
+            by_pilot[run.session].append((job, k, run))
     delays: dict[tuple[uuid.UUID, int], float] = {}
     for session, ran in by_pilot.items():
         pilot = slots[session]
-        free = [pilot.opened] * max(sum(pilot.slots_per_node), 1)
-        for job_id, k, run in sorted(ran, key=lambda r: r[2].started):
-            slot_free = heapq.heappop(free)
-            delays[(job_id, k)] = max(run.started - max(run.eligible, slot_free), 0.0)
-            heapq.heappush(free, max(run.result, run.started))
+        size = pilot.slots_per_node
+        held: list[list[tuple[float, float, int]]] = [[] for _ in size]  # (lease, end, units)
+        for job, k, run in sorted(ran, key=lambda r: r[2].started):
+            units = _units(job, max(size)) if session in known else 1
+            room = run.started  # no node had room: it was leased as a slot was reported free
+            for j, node in enumerate(size):
+                need = min(units, node)
+                busy = [(b, e, u) for b, e, u in held[j] if b <= run.started < e]
+                if node - sum(u for _, _, u in busy) >= need:
+                    room = _room_since(held[j], node, need, run.started, pilot.opened)
+                    held[j].append((run.started, max(run.result, run.started), need))
+                    break
+            delays[(job.job_id, k)] = max(run.started - max(run.eligible, room), 0.0)
     return delays
+
+
+def _room_since(held: list[tuple[float, float, int]], size: int, need: int, at: float,
+                opened: float) -> float:  # fmt: skip
+    """Since when a node of ``size`` slots, holding ``held``, had ``need`` free until ``at``."""
+    changes = sorted({e for _, e, _ in held if e <= at} | {b for b, _, _ in held if b <= at})
+    for moment in reversed(changes):
+        used = sum(u for b, e, u in held if b < moment <= e)  # just before it
+        if size - used < need:
+            return moment
+    return opened
 
 
 def _io_bytes(jobs: list[RecordedJob], io: IOModel) -> dict[tuple[uuid.UUID, int], float]:

@@ -5,12 +5,15 @@ job, and its end may make its children runnable. One ``heapq`` of events.
 
 How the pilots are modelled, and why:
 
-* A site's runnable jobs wait in log order (the ``launch-<site>`` consumer delivers so). A
-  free slot goes to the earliest job that fits; one that does not is passed over, as a
-  pilot hands back what it cannot place (kept as one FIFO queue per job width, since a job
-  that does not fit means no later job of its width does).
-* A job of one node takes one slot of any node of an open pilot; a job of ``n > 1`` nodes
-  takes ``n`` whole idle nodes of one pilot (an MPI job).
+* A site's runnable jobs wait in the order their pilots leased them in the recording (the
+  ``launch-<site>`` consumer's delivery and the pilots' fetches decide it, not the order
+  of becoming runnable: replaying that order is what gives the recording back), else in
+  the order they became runnable. A free slot goes to the first job that fits; one that
+  does not is passed over, as a pilot hands back what it cannot place (kept as one queue
+  per job width, since a job that does not fit means no later job of its width does).
+* A job of one node takes its ``units`` slots of one node of an open pilot (a slot is a
+  core; a job that may share its node with one other takes half of it); a job of ``n > 1``
+  nodes takes ``n`` whole idle nodes of one pilot (an MPI job).
 * An attempt holds its slot from the moment it is dispatched for its recorded dispatch
   delay, the pilot's overhead, its I/O, then its compute. A job ends ``finish_s`` after its
   last attempt's result; a child is runnable ``prepare_s`` after its last parent's end.
@@ -78,43 +81,41 @@ class _Pilot:
         self.free_slots = sum(self.free)
         self.idle_nodes = sum(1 for f, s in zip(self.free, self.size, strict=True) if f == s)
 
-    def take(self, nodes: int) -> tuple[int, ...] | None:
+    def take(self, nodes: int, units: int = 1) -> tuple[tuple[int, int], ...] | None:
+        """``units`` slots of one node for a one-node job, else ``nodes`` idle nodes whole:
+        (node, slots taken) each; None if they are not free."""
         if nodes == 1:
-            if not self.free_slots:
+            if self.free_slots < units:
                 return None
             for j, left in enumerate(self.free):
-                if left:
+                need = min(units, self.size[j])  # a node narrower than the job: all of it
+                if left >= need:
                     self.idle_nodes -= left == self.size[j]
-                    self.free[j] -= 1
-                    self.free_slots -= 1
-                    return (j,)
+                    self.free[j] -= need
+                    self.free_slots -= need
+                    return ((j, need),)
             return None
         if self.idle_nodes < nodes:
             return None
-        taken = tuple([j for j, left in enumerate(self.free) if left == self.size[j]][:nodes])
-        for j in taken:
+        idle = [j for j, left in enumerate(self.free) if left == self.size[j]][:nodes]
+        for j in idle:
             self.free_slots -= self.free[j]
             self.free[j] = 0
         self.idle_nodes -= nodes
-        return taken
+        return tuple((j, self.size[j]) for j in idle)
 
-    def give_back(self, taken: tuple[int, ...], nodes: int) -> None:
-        if nodes == 1:
-            j = taken[0]
-            self.free[j] += 1
-            self.free_slots += 1
+    def give_back(self, taken: tuple[tuple[int, int], ...]) -> None:
+        for j, count in taken:
+            self.free[j] += count
+            self.free_slots += count
             self.idle_nodes += self.free[j] == self.size[j]
-            return
-        for j in taken:
-            self.free_slots += self.size[j]
-            self.free[j] = self.size[j]
-        self.idle_nodes += nodes
 
 
 @dataclass(slots=True)
 class _Site:
-    # The runnable jobs, one FIFO queue per width (nodes): (order of becoming runnable, job).
-    queues: dict[int, deque[tuple[int, int]]] = field(default_factory=dict)
+    # The runnable jobs, one queue (a heap) per width (nodes): (the attempt's recorded lease,
+    # else when it became runnable; order of becoming runnable; job).
+    queues: dict[tuple[int, int], list[tuple[float, int, int]]] = field(default_factory=dict)
     pilots: list[_Pilot] = field(default_factory=list)
     widest: int = 0  # nodes of its widest pilot (open or not)
     storage: SharedStorage | None = None
@@ -168,7 +169,7 @@ class _Run:
         self.sites = {site: _Site() for site in cal.pilots}
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0
-        self.alloc: dict[int, tuple[_Pilot, tuple[int, ...]]] = {}
+        self.alloc: dict[int, tuple[_Pilot, tuple[tuple[int, int], ...]]] = {}
         self.site_of: list[str] = [job.site for job in self.jobs]
         self.attempt = [0] * n  # the attempt each job is at
         self.pending = [len(job.parents) for job in self.jobs]  # parents not ended
@@ -256,7 +257,10 @@ class _Run:
             if kind == _RUNNABLE:
                 site = self.sites[self.site_of[i]]
                 self.runnable_at[i] = now
-                site.queues.setdefault(self.nodes[i], deque()).append((self.seq, i))
+                attempt = self.jobs[i].attempts[self.attempt[i]]
+                key = attempt.order if attempt.order is not None else now
+                width = (self.nodes[i], self.jobs[i].units)
+                heapq.heappush(site.queues.setdefault(width, []), (key, self.seq, i))
                 self._dispatch(site, now)
             elif kind == _DONE:
                 self._done(i, now)
@@ -301,7 +305,7 @@ class _Run:
     def _dispatch(self, site: _Site, now: float) -> None:
         """Start the earliest runnable job that fits, until none does. A job that does not
         fit blocks only the jobs of its width (they need the same), not narrower ones."""
-        blocked: set[int] = set()
+        blocked: set[tuple[int, int]] = set()
         while True:
             first = None
             for width, queue in site.queues.items():
@@ -309,16 +313,16 @@ class _Run:
                     first = (queue[0], width)
             if first is None:
                 return
-            (_, i), width = first
+            (_, _, i), width = first
             for pilot in site.pilots:
-                taken = pilot.take(width)
+                taken = pilot.take(*width)
                 if taken is not None:
                     self.alloc[i] = (pilot, taken)
-                    site.queues[width].popleft()
+                    heapq.heappop(site.queues[width])
                     self._start(i, now)
                     break
             else:
-                if width == 1:
+                if width == (1, 1):
                     return  # not one slot free: no job of any width fits
                 blocked.add(width)
 
@@ -344,7 +348,7 @@ class _Run:
 
     def _done(self, i: int, now: float) -> None:
         pilot, taken = self.alloc.pop(i)
-        pilot.give_back(taken, self.nodes[i])
+        pilot.give_back(taken)
         job = self.jobs[i]
         site = self.sites[self.site_of[i]]
         last = self.attempt[i] + 1 == len(job.attempts)

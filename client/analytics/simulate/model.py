@@ -43,6 +43,7 @@ class Attempt:
     io_bytes: float = 0.0
     requeue_s: float = 0.0
     backoff_s: float = 0.0
+    order: float | None = None  # its recorded lease (seconds after the first submission)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +65,7 @@ class JobTrace:
     attempts: tuple[Attempt, ...]
     finish_s: float  # the last result → job.finished (or job.failed)
     parents: tuple[int, ...] = ()
+    units: int = 1  # the slots of a node it holds (one node's job: its share of the node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,8 +168,9 @@ def workload(jobs: tuple[JobTrace, ...], scenario: Scenario) -> tuple[JobTrace, 
            for copy in range(scenario.jobs_factor or 1) for job in jobs]  # fmt: skip
     if scenario.arrival_rate is not None:
         order = sorted(range(len(out)), key=lambda i: (out[i].arrival, i))
-        for rank, i in enumerate(order):
-            out[i] = replace(out[i], arrival=rank / scenario.arrival_rate)
+        for rank, i in enumerate(order):  # the recorded lease order is no longer the order
+            attempts = tuple(replace(a, order=None) for a in out[i].attempts)
+            out[i] = replace(out[i], arrival=rank / scenario.arrival_rate, attempts=attempts)
     if scenario.speed is not None:
         speed = scenario.speed
         out = [replace(job, attempts=tuple(replace(a, compute_s=a.compute_s / speed)
