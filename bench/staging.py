@@ -5,6 +5,14 @@ stage cache on and off on a workload that reads the same inputs many times.
                             [--concurrent 2] [--out bench/out]
     python -m bench.staging --diffusion [--jobs 2000] [--inputs 50] [--size-mb 2]
                             [--batch-sizes 100] [--latency-s 1.0]
+    python -m bench.staging --ssh [--jobs 200] [--batch-sizes 100] [--concurrent 5]
+                            [--latency-s 0] [--control-persist-s 60]
+
+``--ssh``: the location is ``rsync://root@127.0.0.1:<port>/...`` served by a real sshd on
+loopback (``tests/fixtures/sshd.py``, run as root); besides the rates it reports the ssh logins
+sshd accepted (its log's ``Accepted publickey`` lines) and the tasks used. Issue 31.9 and 31.12:
+items spread over task slots, one shared ssh connection per location (``--control-persist-s
+0``: a login per rsync run, as before).
 
 The shape of the Balsam paper's Figure 6: how fast staged jobs arrive when every transfer
 task pays a fixed overhead (a wide-area service's submit-and-poll round trips), as a
@@ -40,6 +48,7 @@ from bench.stack import free_ports
 from lodestream.agents.site.directory import init_site_dir
 from lodestream.services.embedded import EmbeddedStack, StackInfo
 from lodestream.services.embedded.process import ServiceProcess
+from tests.fixtures.sshd import SshServer
 
 APPS = """
 from lodestream.agents.site.apps import ApplicationDefinition
@@ -54,8 +63,18 @@ class Ingest(ApplicationDefinition):
 
 
 class StagingBench:
-    def __init__(self, root: Path, *, latency_s: float, concurrent: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        latency_s: float,
+        concurrent: int,
+        ssh: SshServer | None = None,
+        control_persist_s: int | None = None,
+    ) -> None:
         self.root = root
+        self.ssh = ssh
+        self.control_persist_s = control_persist_s
         self.stack = EmbeddedStack(root / "state", free_ports())
         self.latency_s = latency_s
         self.concurrent = concurrent
@@ -94,6 +113,17 @@ class StagingBench:
             "poll_interval_s": 0.1, "simulated_task_latency_s": self.latency_s,
             "stage_cache_bytes": cache_bytes,
         }  # fmt: skip
+        if self.ssh is not None:
+            server = self.ssh
+            settings["transfers"] |= {
+                "locations": {"beamline":
+                              f"rsync://{server.user}@{server.host}:{server.port}{self.source}"},
+                "ssh_identity": str(server.identity_file), "ssh_options": list(server.ssh_options),
+            }  # fmt: skip
+            if self.control_persist_s is not None:  # a setting the code before 31.12 refuses
+                settings["transfers"]["rsync"] = {
+                    "beamline": {"control_persist_s": self.control_persist_s}
+                }
         (site_dir / "settings.yml").write_text(yaml.safe_dump(settings, sort_keys=False))
         (site_dir / "apps" / "bench.py").write_text(APPS)
         with self.http() as http:
@@ -147,8 +177,17 @@ class StagingBench:
             "rate_per_s": round(done / seconds, 2) if seconds else 0.0,
             # The arrival rate once staging runs (first to last job.staged_in), as in Fig. 6.
             "arrival_rate_per_s": round((len(arrivals) - 1) / span, 2) if span else 0.0,
-            "tasks": self._tasks(site), **self._moved(site),
+            "tasks": self._tasks(site), **self._moved(site), **self._logins(),
         }  # fmt: skip
+
+    def _logins(self) -> dict[str, int]:
+        """ssh logins sshd accepted since the last call (none without ``--ssh``)."""
+        if self.ssh is None:
+            return {}
+        lines = (self.ssh.root / "sshd.log").read_text(errors="replace").splitlines()
+        total = sum("Accepted publickey" in line for line in lines)
+        seen, self._seen_logins = getattr(self, "_seen_logins", 0), total
+        return {"ssh_logins": total - seen}
 
     def _count(self, site: str) -> int:
         assert self.info is not None
@@ -232,10 +271,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inputs", type=int, default=50)
     parser.add_argument("--size-mb", type=float, default=2.0)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    parser.add_argument("--ssh", action="store_true", help="an rsync location over a real sshd")
+    parser.add_argument("--control-persist-s", type=int, default=None)
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     if args.diffusion:
         return diffusion(args)
+    if args.ssh:
+        return over_ssh(args)
     sizes = [int(s) for s in args.batch_sizes.split(",")]
     results: dict[int, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="lode-bench-staging-") as tmp:
@@ -258,6 +301,32 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         r = results[size]
         print(f"| {size} | {r['tasks']} | {r['arrival_rate_per_s']} | {r['rate_per_s']} |")
+    return 0
+
+
+def over_ssh(args: argparse.Namespace) -> int:
+    """Stage-in through an rsync location over a real sshd: rates, tasks and logins."""
+    from tests.fixtures.sshd import ssh_server_at  # noqa: PLC0415 - the bench's own sshd
+
+    size = int(args.batch_sizes.split(",")[-1])
+    with tempfile.TemporaryDirectory(prefix="lode-bench-ssh-") as tmp:
+        Path(tmp).chmod(0o711)  # Postgres runs as its own account when we are root
+        (Path(tmp) / "sshd").mkdir()
+        with ssh_server_at(Path(tmp) / "sshd") as server:
+            bench = StagingBench(
+                Path(tmp), latency_s=args.latency_s, concurrent=args.concurrent, ssh=server,
+                control_persist_s=args.control_persist_s,
+            )  # fmt: skip
+            bench.start(inputs=args.jobs)
+            try:
+                bench._logins()
+                result = bench.run(bench.site(size, name="ssh"), args.jobs)
+            finally:
+                bench.stop()
+    print(json.dumps(result, indent=2))
+    (args.out / "staging-ssh.json").write_text(json.dumps(
+        {"batch_size": size, "concurrent": args.concurrent, "latency_s": args.latency_s,
+         "control_persist_s": args.control_persist_s, "result": result}, indent=2))  # fmt: skip
     return 0
 
 
