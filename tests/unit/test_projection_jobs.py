@@ -336,5 +336,6 @@ def test_a_pilots_refusal_is_the_waiting_jobs_last_error_until_a_pilot_takes_it(
     assert progress.view.state is JobState.PREPROCESSED
     assert progress.last_error == f"{REFUSED_BY}{SESSION}: needs 2 nodes; this pilot has 1"
     fold(projection, [started], 4)
-    assert progress.view.state is JobState.RUNNING
-    assert progress.last_error is None
+    taken = projection.changes.new_jobs[created.aggregate_id].progress
+    assert taken.view.state is JobState.RUNNING
+    assert taken.last_error is None
