@@ -93,8 +93,8 @@ def bins_json(bins: Bins) -> Json:
 def spread_json(spread: Spread | None) -> Json | None:
     if spread is None:
         return None
-    return {"n": spread.n, "mean_s": spread.mean, "sd_s": spread.sd, "p95_s": spread.p95,
-            "min_s": spread.min, "max_s": spread.max}  # fmt: skip
+    return {"n": spread.n, "mean_s": spread.mean, "sd_s": spread.sd, "p50_s": spread.p50,
+            "p95_s": spread.p95, "min_s": spread.min, "max_s": spread.max}  # fmt: skip
 
 
 def interval_json(interval: Interval | None) -> Json | None:

@@ -1,8 +1,9 @@
 """The few statistics the figures need: spread of a sample, and batch-means intervals.
 
 Exact on purpose (no interpolation): the tests compare hand-computed figures with ``==``.
-``p95`` is the nearest-rank percentile (the smallest value with at least 95 % of the
-sample at or below it); ``sd`` is the sample standard deviation (n - 1), 0 for one value.
+``p50`` and ``p95`` are nearest-rank percentiles (the smallest value with at least 50 %,
+95 % of the sample at or below it: ``p50`` is the lower median); ``sd`` is the sample
+standard deviation (n - 1), 0 for one value.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class Spread:
     p95: float
     min: float
     max: float
+    p50: float  # the median (nearest rank): these latencies are skewed
 
 
 def percentile(values: Sequence[float], q: int) -> float:
@@ -40,13 +42,14 @@ def percentile(values: Sequence[float], q: int) -> float:
 
 
 def spread(values: Sequence[float]) -> Spread | None:
-    """Mean ± sd, p95, min and max of ``values``; None for an empty sample."""
+    """Mean ± sd, p95, min, max and p50 of ``values``; None for an empty sample."""
     if not values:
         return None
     n = len(values)
     mean = math.fsum(values) / n
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else 0.0
-    return Spread(n, mean, sd, percentile(values, 95), min(values), max(values))
+    return Spread(n, mean, sd, percentile(values, 95), min(values), max(values),
+                  percentile(values, 50))  # fmt: skip
 
 
 def t975(degrees_of_freedom: int) -> float:

@@ -80,8 +80,8 @@ def overview(summary: Summary) -> Table:
 
 def _spread_cells(spread: Spread | None) -> list[str]:
     if spread is None:
-        return ["0", "-", "-"]
-    return [f"{spread.n:,}", f"{_s(spread.mean)} ± {_s(spread.sd)}", _s(spread.p95)]
+        return ["0", "-", "-", "-"]
+    return [f"{spread.n:,}", f"{_s(spread.mean)} ± {_s(spread.sd)}", _s(spread.p50), _s(spread.p95)]
 
 
 def stages(summary: Summary) -> Table:
@@ -89,7 +89,7 @@ def stages(summary: Summary) -> Table:
     if isinstance(summary.stages, Unavailable):
         return _unavailable(title, summary.stages)
     table = Table(title=title)
-    for column in ("stage", "from → to", "jobs", "mean ± sd", "p95", "skipped"):
+    for column in ("stage", "from → to", "jobs", "mean ± sd", "p50", "p95", "skipped"):
         table.add_column(column, justify="left" if column in ("stage", "from → to") else "right")
     for row in summary.stages.rows:
         table.add_row(row.stage, row.definition, *_spread_cells(row.spread), str(row.skipped))
@@ -101,7 +101,7 @@ def pilot(summary: Summary) -> Table:
     if isinstance(summary.pilot, Unavailable):
         return _unavailable(title, summary.pilot)
     table = Table(title=title)
-    for column in ("step", "runs", "mean ± sd", "p95", "with pilot stamps"):
+    for column in ("step", "runs", "mean ± sd", "p50", "p95", "with pilot stamps"):
         table.add_column(column, justify="left" if column == "step" else "right")
     for row in summary.pilot.rows:
         table.add_row(row.step, *_spread_cells(row.spread), f"{row.stamped:,}")

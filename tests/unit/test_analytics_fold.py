@@ -61,7 +61,7 @@ def test_a_job_created_runnable_enters_its_skipped_steps_at_creation() -> None:
         (S.CREATED, 0), (S.READY, 0), (S.STAGED_IN, 0), (S.PREPROCESSED, 0)]  # fmt: skip
     table = stage_table([timeline])
     assert isinstance(table, StageTable)
-    assert table.row("run delay").spread == Spread(1, 2.0, 0.0, 2.0, 2.0, 2.0)
+    assert table.row("run delay").spread == Spread(1, 2.0, 0.0, 2.0, 2.0, 2.0, 2.0)
     assert table.row("stage in").skipped == 1
 
 

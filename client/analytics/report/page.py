@@ -60,8 +60,8 @@ def _missing(caption: str, missing: Unavailable) -> str:
 
 def _spread(spread: Spread | None) -> list[str]:
     if spread is None:
-        return ["0", "-", "-", "-", "-"]
-    return [str(spread.n), f"{_s(spread.mean)} ± {_s(spread.sd)}", _s(spread.p95),
+        return ["0", "-", "-", "-", "-", "-"]
+    return [str(spread.n), f"{_s(spread.mean)} ± {_s(spread.sd)}", _s(spread.p50), _s(spread.p95),
             _s(spread.min), _s(spread.max)]  # fmt: skip
 
 
@@ -88,7 +88,7 @@ def table_1(summary: Summary) -> str:
     rows = [
         (r.stage, r.definition, *_spread(r.spread), str(r.skipped)) for r in summary.stages.rows
     ]
-    header = ("stage", "from → to", "jobs", "mean ± sd", "p95", "min", "max", "skipped")
+    header = ("stage", "from → to", "jobs", "mean ± sd", "p50", "p95", "min", "max", "skipped")
     return _table(caption, header, rows, text_columns=2)
 
 
@@ -97,7 +97,7 @@ def pilot_table(summary: Summary) -> str:
     if isinstance(summary.pilot, Unavailable):
         return _missing(caption, summary.pilot)
     rows = [(r.step, *_spread(r.spread), str(r.stamped)) for r in summary.pilot.rows]
-    header = ("step", "runs", "mean ± sd", "p95", "min", "max", "with pilot stamps")
+    header = ("step", "runs", "mean ± sd", "p50", "p95", "min", "max", "with pilot stamps")
     return _table(caption, header, rows)
 
 
