@@ -232,6 +232,8 @@ class App(Frozen):
     transfers: dict[SlotName, AppTransferSlot] = Field(default_factory=dict)
     python: bool = False
     hooks: tuple[AppHook, ...] = ()  # which site-side hooks the app defines
+    # Changes with the app's file (its content and its interface); "" before versions.
+    version: Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{0,64}$")] = ""
 
     def steps(self, job: JobSpec) -> JobSteps:
         """Which of the optional steps ``job`` goes through at this app."""

@@ -55,6 +55,7 @@ WRITERS: Final[dict[str, frozenset[Writer]]] = {
     "app.registered": SITE,
     "app.updated": SITE,
     "app.removed": SITE,
+    "app.load_failed": SITE,
     "batch.requested": BOTH,  # by a user through the api, or by the site's elastic queue
     "batch.submitted": SITE,
     "batch.queued": SITE,

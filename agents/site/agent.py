@@ -1,4 +1,5 @@
-"""The site agent: publishes the site's apps and transfer locations, then works
+"""The site agent: publishes the site's apps (again whenever a file of ``apps/`` changes,
+:mod:`lodestream.agents.site.appwatch`) and transfer locations, then works
 ``process-<site>`` (hooks, cleaner), ``sched-<site>`` (pilot batch jobs,
 :mod:`lodestream.agents.site.scheduler`) and ``xfer-<site>`` (data staging,
 :mod:`lodestream.agents.site.transfers`) until stopped.
@@ -25,6 +26,7 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
 from lodestream.agents.site.apps import ApplicationDefinition
+from lodestream.agents.site.appwatch import AppWatcher
 from lodestream.agents.site.elastic import ElasticQueue, ScalerLog
 from lodestream.agents.site.processing import Processing
 from lodestream.agents.site.registry import AppPublisher
@@ -60,6 +62,7 @@ class SiteAgent:
         self.publisher = AppPublisher(
             event_log, settings.site, settings.log_dir / "published-apps.json"
         )
+        self.app_watch = AppWatcher(settings.apps_dir, apps, self.publisher)
         self.processing = Processing(
             event_log, site=settings.site, apps=apps, data_dir=settings.data_dir,
             retries=retries or RetryRules.build(settings.processing, apps),
@@ -96,6 +99,7 @@ class SiteAgent:
 
         pilots = asyncio.create_task(self.pilots.run(stop))
         transfers = asyncio.create_task(self.transfers.run(stop))
+        app_watch = asyncio.create_task(self.app_watch.run(stop))
         try:
             await pulling.run(each_message(dispatch, "site agent"), stop)
         finally:
@@ -103,7 +107,9 @@ class SiteAgent:
                 if not stop.is_set():  # the pull loop failed: the queue would go on alone
                     elastic.cancel()
                 await asyncio.gather(elastic, return_exceptions=True)
-            await asyncio.gather(pilots, transfers, return_exceptions=True)
+            if not stop.is_set():
+                app_watch.cancel()
+            await asyncio.gather(pilots, transfers, app_watch, return_exceptions=True)
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(nats.errors.Error):

@@ -1,9 +1,10 @@
 """Publishes the site's ApplicationDefinitions as app.registered / updated / removed events.
 
 The API can only reference an app by name; this is how it learns the names,
-their parameters and which hooks they define. What was last published is
-kept in ``<site>/log/published-apps.json`` so an unchanged app is not
-re-announced at every start.
+their parameters and which hooks they define. What was last published (each
+app's version, and which apps' files failed to load since) is kept in
+``<site>/log/published-apps.json`` so an unchanged app is not re-announced at
+every start, and an app whose file loads again is, to clear its error.
 """
 
 from __future__ import annotations
@@ -14,13 +15,16 @@ import uuid
 from pathlib import Path
 
 from lodestream.agents.site.apps import ApplicationDefinition
-from lodestream.agents.site.apps.loader import app_fingerprint, to_app_model
+from lodestream.agents.site.apps.errors import AppLoadError
+from lodestream.agents.site.apps.loader import app_version, to_app_model
 from lodestream.eventlog import ConflictError, EventLog
-from lodestream.schemas.events import AppRegistered, AppRemoved, AppUpdated
-from lodestream.schemas.events.app import AppRemovedData
+from lodestream.schemas.events import AppLoadFailed, AppRegistered, AppRemoved, AppUpdated
+from lodestream.schemas.events.app import MAX_LOAD_ERROR, AppLoadFailedData, AppRemovedData
 from lodestream.schemas.ids import derived_id
 
 log = logging.getLogger(__name__)
+# The state file's entry of the apps whose file failed to load (an app name cannot be it).
+_FAILED = " failed"
 
 
 class AppPublisher:
@@ -36,13 +40,14 @@ class AppPublisher:
     async def publish(self, apps: dict[str, type[ApplicationDefinition]]) -> dict[str, str]:
         """Bring the log in line with ``apps``; return what changed (name → action)."""
         published = self._load_state()
+        failed = set(published.pop(_FAILED, "").split())
         changes: dict[str, str] = {}
         for name, app in sorted(apps.items()):
-            fingerprint = app_fingerprint(app)
-            if published.get(name) == fingerprint:
+            version = app_version(app)
+            if published.get(name) == version and name not in failed:
                 continue
             changes[name] = await self._announce(app, first=name not in published)
-            published[name] = fingerprint
+            published[name] = version
         for name in sorted(set(published) - set(apps)):
             removed = AppRemoved.create(
                 site=self._site, aggregate_id=self._aggregate(name), actor=self.actor,
@@ -53,6 +58,23 @@ class AppPublisher:
             changes[name] = "removed"
         self._save_state(published)
         return changes
+
+    async def load_failed(self, error: AppLoadError, names: list[str]) -> None:
+        """Say that a file of the apps directory no longer loads; ``names``, the apps last
+        loaded from it, keep their last good version (and are announced again once it loads)."""
+        source = error.path.name
+        data = AppLoadFailedData(
+            source=source, line=error.line, message=error.reason[:MAX_LOAD_ERROR],
+            apps=tuple(sorted(names)),
+        )  # fmt: skip
+        event = AppLoadFailed.create(
+            site=self._site, aggregate_id=derived_id("app-source", self._site, source),
+            actor=self.actor, data=data,
+        )  # fmt: skip
+        await self._log.append(event, expect=None)
+        published = self._load_state()
+        failed = set(published.get(_FAILED, "").split()) | set(names)
+        self._save_state({**published, _FAILED: " ".join(sorted(failed))})
 
     async def _announce(self, app: type[ApplicationDefinition], *, first: bool) -> str:
         model = to_app_model(app, self._site)

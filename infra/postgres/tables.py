@@ -119,6 +119,8 @@ apps = Table(
     Column("hooks", JSONB, nullable=False, server_default=text("'[]'::jsonb")),
     _ts("updated_at", nullable=False),
     Column("last_seq", BigInteger, nullable=False),
+    Column("version", Text, nullable=False, server_default=""),
+    Column("error", Text, nullable=True),  # why its file no longer loads (app.load_failed)
     PrimaryKeyConstraint("site", "name"),
     schema=READ_SCHEMA,
 )

@@ -1,6 +1,12 @@
 """Every event type, one module per aggregate. Re-exports only."""
 
-from lodestream.schemas.events.app import APP_EVENTS, AppRegistered, AppRemoved, AppUpdated
+from lodestream.schemas.events.app import (
+    APP_EVENTS,
+    AppLoadFailed,
+    AppRegistered,
+    AppRemoved,
+    AppUpdated,
+)
 from lodestream.schemas.events.batch import (
     BATCH_EVENTS,
     BatchJobDeletionRequested,
@@ -65,6 +71,7 @@ __all__ = [
     "SESSION_EVENTS",
     "SITE_EVENTS",
     "XFER_EVENTS",
+    "AppLoadFailed",
     "AppRegistered",
     "AppRemoved",
     "AppUpdated",

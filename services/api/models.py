@@ -368,10 +368,19 @@ class AppOut(BaseModel):
     site: str
     name: str
     description: str
-    parameters: dict[str, Any]
+    parameters: dict[str, Any] = Field(
+        description="name → required, default (a JSON value), help, type (str, int, float, "
+        "bool, list, dict or any; null: str for a shell app, any for a Python one)"
+    )
     transfers: dict[str, Any]
     python: bool
     updated_at: datetime
+    version: str = Field("", description="changes with the app's file; '' before versions")
+    error: str | None = Field(
+        None,
+        description="why the app's file no longer loads at its site (file:line: message); "
+        "the site runs the last version that loaded. null when it loads",
+    )
 
     @classmethod
     def from_row(cls, row: RowMapping) -> AppOut:

@@ -17,6 +17,7 @@ from lodestream.schemas.batch import next_batch_state
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition
 from lodestream.schemas.events import (
+    AppLoadFailed,
     AppRegistered,
     AppRemoved,
     AppUpdated,
@@ -274,9 +275,14 @@ class Projection:
                     ),
                     python=app.python,
                     hooks=jsonb(list(app.hooks)),
+                    version=app.version,
                 )
             case AppRemoved(data=data):
                 self._op("app_removed", **base, name=data.name)
+            case AppLoadFailed(data=failed):
+                where = failed.source + (f":{failed.line}" if failed.line else "")
+                self._op("app_load_failed", **base, names=list(failed.apps),
+                         error=f"{where}: {failed.message}")  # fmt: skip
 
     def _batch_event(self, seq: int, event: Event) -> None:
         if event.actor.startswith("user:"):

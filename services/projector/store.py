@@ -45,13 +45,16 @@ _OPS: Final[dict[str, LiteralString]] = {
         WHERE name = %(site)s""",
     "app_upserted": """
         INSERT INTO {s}.apps (site, name, description, parameters, transfers, python, hooks,
-                              updated_at, last_seq)
+                              updated_at, last_seq, version, error)
         VALUES (%(site)s, %(name)s, %(description)s, %(parameters)s, %(transfers)s, %(python)s,
-                %(hooks)s, %(at)s, %(seq)s)
+                %(hooks)s, %(at)s, %(seq)s, %(version)s, NULL)
         ON CONFLICT (site, name) DO UPDATE SET description = EXCLUDED.description,
             parameters = EXCLUDED.parameters, transfers = EXCLUDED.transfers,
             python = EXCLUDED.python, hooks = EXCLUDED.hooks, updated_at = EXCLUDED.updated_at,
-            last_seq = EXCLUDED.last_seq""",
+            last_seq = EXCLUDED.last_seq, version = EXCLUDED.version, error = NULL""",
+    "app_load_failed": """
+        UPDATE {s}.apps SET error = %(error)s, last_seq = %(seq)s
+        WHERE site = %(site)s AND name = ANY(%(names)s)""",
     "app_removed": "DELETE FROM {s}.apps WHERE site = %(site)s AND name = %(name)s",
     "batch_requested": """
         INSERT INTO {s}.batch_jobs (id, site, state, num_nodes, wall_time_min, queue, project,

@@ -92,7 +92,7 @@ def test_head_matches_tables_metadata(empty_database_url: str) -> None:
 
     migrate.upgrade(empty_database_url)
 
-    assert migrate.current(empty_database_url) == migrate.head() == "0006"
+    assert migrate.current(empty_database_url) == migrate.head() == "0007"
     assert migrate.schema_diff(empty_database_url) == []
     # Alembic does not compare access methods and operator classes (GIN, jsonb_path_ops).
     assert _live_index_methods(empty_database_url) == _expected_index_methods()

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 from lodestream.schemas.codec import CURRENT_VERSION, EVENT_CLASSES, decode, encode, to_document
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import DecodeError, SubjectError
-from lodestream.schemas.events.app import AppRemovedData
+from lodestream.schemas.events.app import AppLoadFailedData, AppRemovedData
 from lodestream.schemas.events.batch import (
     BatchFinishedData,
     BatchReasonData,
@@ -151,6 +151,9 @@ SAMPLE_DATA: dict[str, BaseModel] = {
     "app.registered": APP,
     "app.updated": APP.model_copy(update={"description": "v2"}),
     "app.removed": AppRemovedData(name="demo"),
+    "app.load_failed": AppLoadFailedData(
+        source="sim.py", line=7, message="RuntimeError: half-edited", apps=("demo",)
+    ),
     "site.registered": SiteRegisteredData(name=SITE, owner="alice", public_key=NKEY_USER),
     "site.key_bound": SiteKeyData(public_key=NKEY_USER),
     "site.removed": SiteRemovedData(),

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from lodestream.agents.site.apps import AppLoadError, app_fingerprint, load_apps, to_app_model
+from lodestream.agents.site.apps.loader import app_version
 from lodestream.schemas.resources import App, AppParameter, AppTransferSlot
 
 GOOD = '''
@@ -190,7 +191,8 @@ def test_app_model_describes_interface_never_command(apps: Path) -> None:
     write(apps, "sim.py", GOOD)
     loaded = load_apps(apps)
     sim = to_app_model(loaded["Sim"], "theta")
-    assert sim == App(
+    assert sim.version == app_version(loaded["Sim"])
+    assert sim.model_copy(update={"version": ""}) == App(
         site="theta",
         name="Sim",
         description="Runs the simulation.",
@@ -253,3 +255,15 @@ def test_examples_load(tmp_path: Path) -> None:
     assert eigh.hooks == ("preprocess", "postprocess", "handle_error")
     python = to_app_model(loaded["eigh_py"], "local").parameters
     assert python == {n: p.model_copy(update={"type": "any"}) for n, p in eigh.parameters.items()}
+
+
+def test_a_version_changes_with_the_file_the_fingerprint_with_the_interface(apps: Path) -> None:
+    write(apps, "sim.py", GOOD)
+    first = load_apps(apps)["Sim"]
+    write(apps, "sim.py", GOOD + "\n# a comment, or a new command: a new version\n")
+    edited = load_apps(apps)["Sim"]
+    assert app_fingerprint(edited) == app_fingerprint(first)
+    assert app_version(edited) != app_version(first)
+    assert len(app_version(edited)) == 16
+    write(apps, "sim.py", GOOD)
+    assert app_version(load_apps(apps)["Sim"]) == app_version(first)

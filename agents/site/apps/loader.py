@@ -10,6 +10,7 @@ with it.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import inspect
@@ -17,6 +18,7 @@ import json
 import re
 import sys
 import traceback
+import weakref
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
     from lodestream.schemas.resources import App
 
 _FINGERPRINT_SITE = "fingerprint"  # any valid slug: the fingerprint leaves the site out
+VERSION_DIGITS = 16
+# A hash of the file each app class was loaded from, as it was then: an app's version is of
+# the file it came from, not of what the file holds when the version is asked for.
+_SOURCES: weakref.WeakKeyDictionary[type, tuple[Path, bytes]] = weakref.WeakKeyDictionary()
 
 
 def load_apps(apps_dir: Path) -> dict[str, type[ApplicationDefinition]]:
@@ -38,8 +44,12 @@ def load_apps(apps_dir: Path) -> dict[str, type[ApplicationDefinition]]:
     for path in sorted(apps_dir.resolve().glob("*.py")):
         if path.name.startswith("_"):
             continue
+        source = b""
+        with contextlib.suppress(OSError):  # gone meanwhile: the import says so
+            source = hashlib.sha256(path.read_bytes()).digest()
         module = _import(path)
         for app_cls in _defined_in(module):
+            _SOURCES[app_cls] = (path, source)
             earlier = apps.get(app_cls.spec.name)
             if earlier is not None:
                 first = f"{inspect.getfile(earlier)}:{_line_of(earlier)}"
@@ -54,6 +64,10 @@ def load_apps(apps_dir: Path) -> dict[str, type[ApplicationDefinition]]:
 
 def to_app_model(app_cls: type[ApplicationDefinition], site: str) -> App:
     """The app's interface as published in app.registered / app.updated; never its command."""
+    return _interface(app_cls, site).model_copy(update={"version": app_version(app_cls)})
+
+
+def _interface(app_cls: type[ApplicationDefinition], site: str) -> App:
     # Imported here: pydantic costs pyrun, which loads the apps in every Python job, ~0.25 s.
     from lodestream.schemas.resources import App, AppParameter, AppTransferSlot  # noqa: PLC0415
 
@@ -85,10 +99,28 @@ def to_app_model(app_cls: type[ApplicationDefinition], site: str) -> App:
 
 
 def app_fingerprint(app_cls: type[ApplicationDefinition]) -> str:
-    """Hash of the published interface: it changes exactly when app.updated has news."""
-    model = to_app_model(app_cls, _FINGERPRINT_SITE).model_dump(mode="json", exclude={"site"})
+    """Hash of the published interface (its version left out): what a submission must match."""
+    model = _interface(app_cls, _FINGERPRINT_SITE).model_dump(
+        mode="json", exclude={"site", "version"}
+    )
     canonical = json.dumps(model, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def app_version(app_cls: type[ApplicationDefinition]) -> str:
+    """The app's version: a hash of its interface and of the file that defines it, so an edit
+    of its command or its ``run()`` is a new version too (16 hex digits; its file's content
+    alone for a class not loaded from a file)."""
+    digest = hashlib.sha256(app_fingerprint(app_cls).encode())
+    digest.update(_SOURCES.get(app_cls, (None, b""))[1])
+    return digest.hexdigest()[:VERSION_DIGITS]
+
+
+def source_file(app_cls: type[ApplicationDefinition]) -> Path | None:
+    """The file ``load_apps`` loaded ``app_cls`` from (still known once a later import of
+    the file failed and took its module away); None for a class not loaded so."""
+    loaded = _SOURCES.get(app_cls)
+    return None if loaded is None else loaded[0]
 
 
 def _module_name(path: Path) -> str:

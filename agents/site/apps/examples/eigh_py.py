@@ -2,7 +2,8 @@
 
 ``run`` executes in the job's process at the site; its arguments are the
 app's parameters, the JSON values the job gave (``n: 500`` or ``n: "500"``,
-so ``int()`` them), and its return value must be JSON. An exception goes back to the client with its traceback.
+so ``int()`` them), and its return value must be JSON. An exception goes
+back to the client with its traceback.
 """
 
 from __future__ import annotations
