@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Callable
 from pathlib import Path
 
 from lodestream.agents.site.agent import SiteAgent
@@ -15,10 +16,15 @@ from lodestream.agents.site.settings import load_site_settings
 from lodestream.eventlog.jetstream import jetstream
 
 
-async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
+async def run(
+    site_dir: Path,
+    stop: asyncio.Event | None = None,
+    on_connected: Callable[[], None] | None = None,
+) -> None:
     """Run until ``stop`` (SIGINT, SIGTERM). Raises
     :class:`~lodestream.agents.site.credential.CredentialRevoked`, after stopping cleanly,
-    once NATS has refused the site's credential for good."""
+    once NATS has refused the site's credential for good. ``on_connected`` is called once the
+    settings and apps are loaded and NATS has accepted the site's credential."""
     settings = load_site_settings(site_dir)  # a malformed settings.yml or app fails here, clearly
     apps = load_apps(settings.apps_dir)
     retries = RetryRules.build(settings.processing, apps)  # an app's bad retry_backoff, too
@@ -34,6 +40,8 @@ async def run(site_dir: Path, stop: asyncio.Event | None = None) -> None:
         if watch.revoked:
             raise watch.error()
         return  # stopped before NATS answered
+    if on_connected is not None:
+        on_connected()
     try:
         hub = jetstream(nc, domain=settings.nats.hub_domain)  # None: connected to the hub
         agent = SiteAgent(hub, settings, apps, retries).run(stop)

@@ -9,8 +9,11 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
+from typing import Final
 
 import typer
 from rich.table import Table
@@ -24,9 +27,12 @@ from lodestream.client.cli.common import (
     print_error,
 )
 from lodestream.client.cli.whoami import sync_line
-from lodestream.client.errors import ApiError
 
 site_app = typer.Typer(help="Sites you own: create, run, remove.")
+# `lode site start --daemon` hands its child this file to write once connected.
+READY_FILE_ENV: Final = "LODE_SITE_READY_FILE"
+DAEMON_WAIT_S: Final = 30.0
+DAEMON_POLL_S: Final = 0.1
 
 
 def _stack_defaults(state_dir: Path) -> dict[str, str]:
@@ -42,9 +48,16 @@ def site_init(
     nats_url: str | None = typer.Option(None, help="wss:// URL of NATS (default: lode up's)."),
     ca_file: Path | None = typer.Option(None, help="CA of the NATS TLS listener."),
     examples: bool = typer.Option(True, help="Copy the example apps into apps/."),
+    rebind: bool = typer.Option(
+        False, "--rebind", help="The site exists: give it this new key (its agents are cut off)."
+    ),
+    yes: bool = typer.Option(False, "--yes", "-y", help="With --rebind: do not ask."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """Create a site directory, generate its nkey (the seed stays here), register it."""
+    """Create a site directory, generate its nkey (the seed stays here), register it.
+
+    A site that is already registered keeps its key unless ``--rebind`` is given: the new key
+    replaces it, and every agent and pilot still using the old one is cut off."""
     from lodestream.agents.site.directory import init_site_dir  # noqa: PLC0415
     from lodestream.schemas.errors import SubjectError  # noqa: PLC0415
 
@@ -53,6 +66,19 @@ def site_init(
     ca = ca_file or (Path(defaults["ca_file"]) if "ca_file" in defaults else None)
     if not nats_url:
         raise typer.BadParameter("no NATS URL: pass --nats-url or start a stack with `lode up`")
+    with api_client(state_dir) as client:
+        exists = any(s["name"] == name for s in client.list_sites())
+    if exists and not rebind:
+        raise typer.BadParameter(
+            f"site {name!r} is already registered, with the key its agent and pilots use; "
+            "choose another name, or pass --rebind to give it a new key (cutting off every "
+            "process that holds the old one)",
+            param_hint="--name",
+        )
+    if exists and not yes:
+        typer.confirm(
+            f"give site {name!r} a new key? its running agent and pilots are cut off", abort=True
+        )
     try:
         public_key = init_site_dir(
             directory, name, nats_url=nats_url, ca_file=ca, examples=examples,
@@ -61,12 +87,10 @@ def site_init(
     except (SubjectError, FileExistsError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     with api_client(state_dir) as client:
-        try:
+        if exists:
+            client.register_site_key(name, public_key)
+        else:
             client.register_site(name, description, public_key=public_key)
-        except ApiError as exc:
-            if exc.status != 409 or not any(s["name"] == name for s in client.list_sites()):
-                raise
-            client.register_site_key(name, public_key)  # your site, re-initialised: new key
     console.print(f"site [bold]{name}[/bold] created in {directory}; key {public_key[:12]}…")
     console.print(f"next: lode site start {directory}  and  lode launcher --site {directory}")
 
@@ -75,8 +99,15 @@ def site_init(
 def site_start(
     directory: Path = typer.Argument(..., help="Site directory."),
     daemon: bool = typer.Option(False, help="Run in the background; PID in log/agent.pid."),
+    wait_s: float = typer.Option(
+        DAEMON_WAIT_S, help="With --daemon: how long to wait for the agent to connect."
+    ),
 ) -> None:
-    """Run the site agent (apps, hooks, cleaner); stops cleanly on SIGTERM."""
+    """Run the site agent (apps, hooks, cleaner); stops cleanly on SIGTERM.
+
+    With ``--daemon`` it returns once the agent has loaded its settings and apps and NATS has
+    accepted its key; an agent that exits first is reported with the end of its log (exit
+    status 1), and one not connected after ``--wait-s`` is left running (exit status 3)."""
     from lodestream.agents.site.apps import AppError  # noqa: PLC0415
     from lodestream.agents.site.credential import (  # noqa: PLC0415
         EXIT_CREDENTIAL_REVOKED,
@@ -91,24 +122,59 @@ def site_start(
         print_error(exc)
         raise typer.Exit(2) from exc
     if daemon:
-        log = (settings.log_dir / "agent.log").open("ab")
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "lodestream.client.cli.main", "site", "start", str(directory)],
-            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )  # fmt: skip
-        (settings.log_dir / "agent.pid").write_text(f"{proc.pid}\n")
-        console.print(f"site agent started (pid {proc.pid}); log in {settings.log_dir}")
+        _start_daemon(directory, settings.log_dir, wait_s)
         return
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    ready = os.environ.get(READY_FILE_ENV)
     try:
-        aio.run_service(run(directory))
+        aio.run_service(run(directory, on_connected=_mark(Path(ready)) if ready else None))
     except (AppError, SiteSettingsError) as exc:
         print_error(exc)
         raise typer.Exit(2) from exc
     except CredentialRevoked as exc:
         print_error(exc)
         raise typer.Exit(EXIT_CREDENTIAL_REVOKED) from exc
+
+
+def _mark(path: Path) -> Callable[[], None]:
+    def mark() -> None:
+        path.write_text(f"{os.getpid()}\n")
+
+    return mark
+
+
+def _start_daemon(directory: Path, log_dir: Path, wait_s: float) -> None:
+    """Start the agent in the background and wait until it is connected, or has exited."""
+    ready = log_dir / "agent.ready"
+    ready.unlink(missing_ok=True)
+    log_path = log_dir / "agent.log"
+    start = log_path.stat().st_size if log_path.exists() else 0
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "lodestream.client.cli.main", "site", "start", str(directory)],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, env={**os.environ, READY_FILE_ENV: str(ready)},
+        )  # fmt: skip
+    (log_dir / "agent.pid").write_text(f"{proc.pid}\n")
+    deadline = time.monotonic() + wait_s
+    while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(DAEMON_POLL_S)
+    if ready.exists():
+        console.print(f"site agent started (pid {proc.pid}); log in {log_path}")
+        return
+    if proc.poll() is not None:
+        (log_dir / "agent.pid").unlink(missing_ok=True)
+        with log_path.open("rb") as f:
+            f.seek(start)
+            tail = f.read().decode(errors="replace").strip().splitlines()[-15:]
+        err_console.print(f"error: the site agent exited at once (status {proc.returncode}):")
+        err_console.print("\n".join(tail) or "(nothing in its log)", markup=False)
+        raise typer.Exit(1)
+    err_console.print(
+        f"warning: the site agent (pid {proc.pid}) is running but not connected to NATS after "
+        f"{wait_s:g} s; it keeps trying. See {log_path}"
+    )
+    raise typer.Exit(3)
 
 
 @site_app.command("stop")

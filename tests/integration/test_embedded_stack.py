@@ -321,3 +321,50 @@ def test_a_duplicate_key_is_shown_by_doctor_whoami_and_site_ls(lode_up_stack: Lo
     site_ls = lode("site", "ls")
     assert re.search(r"twin-a.*FAILED: its key is also bound to a site", site_ls.stdout)
     assert "credential sync: degraded" in site_ls.stderr
+
+
+def test_site_init_keeps_a_registered_key_and_start_daemon_reports_failure(
+    lode_up_stack: LodeUp, tmp_path: Path
+) -> None:
+    """Issue 31: `site init` on an existing name re-bound its key silently (its agent was cut
+    off 30 s later), and `site start --daemon` said "started" of an agent that died at once."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LODE_")}
+
+    def lode(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "lodestream.client.cli.main", *args],
+            capture_output=True, text=True, timeout=WAIT_S, check=False,
+            env={**env, "COLUMNS": "250"},
+        )  # fmt: skip
+
+    state = ["--state-dir", str(lode_up_stack.state)]
+    first = lode("site", "init", str(tmp_path / "one"), "--name", "twice", *state)
+    assert first.returncode == 0, first.stdout + first.stderr
+    key = (tmp_path / "one" / "site.nk").read_bytes()
+
+    again = lode("site", "init", str(tmp_path / "two"), "--name", "twice", *state)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert "already registered" in again.stderr
+    assert "--rebind" in again.stderr
+    assert not (tmp_path / "two").exists()  # nothing written, nothing re-bound
+
+    # The agent of the first directory starts, connected with the key it was given.
+    started = lode("site", "start", str(tmp_path / "one"), "--daemon")
+    assert started.returncode == 0, started.stdout + started.stderr
+    assert "site agent started" in started.stdout
+    pid = int((tmp_path / "one" / "log" / "agent.pid").read_text())
+    os.kill(pid, 0)  # alive
+    assert lode("site", "stop", str(tmp_path / "one")).returncode == 0
+
+    rebound = lode("site", "init", str(tmp_path / "three"), "--name", "twice", "--rebind",
+                   "--yes", *state)  # fmt: skip
+    assert rebound.returncode == 0, rebound.stdout + rebound.stderr
+    assert (tmp_path / "three" / "site.nk").read_bytes() != key
+
+    # An app file that does not load: the daemon says so, with the agent's own words.
+    (tmp_path / "three" / "apps" / "broken.py").write_text("def run(:\n")
+    broken = lode("site", "start", str(tmp_path / "three"), "--daemon")
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "exited at once" in broken.stderr
+    assert "broken.py" in broken.stderr
+    assert not (tmp_path / "three" / "log" / "agent.pid").exists()
