@@ -46,7 +46,12 @@ async def test_a_job_shows_the_items_of_its_newest_step_for_each_slot(
 
     assert response.status_code == 200, response.text
     body = response.json()
-    assert body["transfers"]["input"] == {**INPUT, "recursive": False}  # what it asked for
+    assert body["transfers"]["input"] == {  # what it asked for
+        **INPUT,
+        "recursive": False,
+        "overwrite": None,
+        "sha256": None,
+    }
     items = body["transfer_items"]
     assert [(i["slot"], i["direction"], i["id"]) for i in items] == [
         ("input", "in", str(staged.input.id)),

@@ -90,7 +90,11 @@ async def report(js: JetStreamContext, item: Item, data: Outcome) -> int:
 # --- a job reset and staged again, as the API's tests and the CLI's read it ---------------
 
 SITE = "theta"
-LOCATIONS = {"archive": "globus:5f2c-collection", "dtn": "rsync:dtn.example.org:/scratch"}
+# URLs each backend's own parser accepts (tests/unit/test_transfer_globus.py checks it).
+LOCATIONS = {
+    "archive": "globus://5f2c0c4e-7a1b-4d6e-9f3a-2b8c1d0e4f6a/",
+    "dtn": "rsync://dtn.example.org/scratch",
+}
 INPUT = {"location": "archive", "path": "/data/in.h5"}
 PARAMS = {"location": "dtn", "path": "/cfg/[run 1].json"}  # '[' is no markup to anyone
 RESULTS = {"location": "archive", "path": "/results/run1", "recursive": True}

@@ -42,7 +42,8 @@ from lodestream.schemas.resources import Overwrite
 
 SITE = "0d4a7c5e-1b2f-4c3d-8e9f-a0b1c2d3e4f5"  # the site's own collection
 REMOTE = "6c54cade-bde5-45c1-bdea-f4bd71dba2cc"  # the location's collection
-TASK = "42d3b1c6-8f1e-11ef-a1f2-0242ac120002"
+# The task id of the SDK's own registered "Accepted" answer to submit_transfer.
+TASK: str = get_response_set(TransferClient.submit_transfer).lookup("default").metadata["task_id"]
 
 
 @pytest.fixture(autouse=True)
@@ -76,6 +77,9 @@ TREE = TransferItem("item-c", "/run1/tables", "/scratch/site/data/job1/tables", 
 
 
 def accepted(task_id: str = TASK, code: str = "Accepted", status: int = 202) -> None:
+    if (task_id, code, status) == (TASK, "Accepted", 202):
+        load_response(TransferClient.submit_transfer)  # the SDK's own answer, where it has one
+        return
     RegisteredResponse(
         service="transfer",
         method="POST",
@@ -639,3 +643,12 @@ def test_cancel_is_best_effort(backend: GlobusBackend) -> None:
     backend.cancel(task_id)
     backend.cancel("not-a-task")
     assert len(responses.calls) == 3  # submit, then two cancels; the bad id is not sent
+
+
+def test_the_staging_helpers_locations_are_urls_their_backends_accept() -> None:
+    # Issue 31.14: the helper's Globus URL was one parse_globus_url refuses.
+    from lodestream.platform_adapters.transfers.rsync import RsyncLocation  # noqa: PLC0415
+    from tests.support.staging import LOCATIONS  # noqa: PLC0415
+
+    assert parse_globus_url(LOCATIONS["archive"])[0] == "5f2c0c4e-7a1b-4d6e-9f3a-2b8c1d0e4f6a"
+    assert RsyncLocation.parse(LOCATIONS["dtn"]).host == "dtn.example.org"
