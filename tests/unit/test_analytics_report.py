@@ -51,9 +51,10 @@ def test_the_report_renders_every_plot_and_table(tmp_path: Path) -> None:
         assert png.read_bytes()[:8] == PNG_SIGNATURE, name
     assert "Table 1: stage latencies of finished jobs (seconds)" in page.captions
     assert "Little's law per site (L = λW)" in page.captions
-    # Table 1's time to solution row: 3 jobs, 36 ± 12 s, p95 48 s.
-    row = page.cells[page.cells.index("time to solution") :][:5]
-    assert row == ["time to solution", "CREATED → JOB_FINISHED", "3", "36.000 ± 12.000", "48.000"]
+    # Table 1's time to solution row: 3 jobs, 36 ± 12 s, p50 36 s, p95 48 s.
+    row = page.cells[page.cells.index("time to solution") :][:6]
+    assert row == ["time to solution", "CREATED → JOB_FINISHED", "3", "36.000 ± 12.000",
+                   "36.000", "48.000"]  # fmt: skip
 
 
 def test_what_sites_wrote_is_escaped_in_the_page(tmp_path: Path) -> None:
