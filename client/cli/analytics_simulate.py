@@ -39,6 +39,28 @@ def simulate(
     since: str | None = typer.Option(
         None, "--since", help="Only jobs created since: a duration (10m) or a time."
     ),
+    until: str | None = typer.Option(
+        None, "--until", help="Only jobs created until: a duration (10m ago) or a time."
+    ),
+    app_names: list[str] = typer.Option([], "--app", help="Only jobs of this app (repeatable)."),
+    tag: list[str] = typer.Option(
+        [], "--tag", "-t", help="Only jobs with tag key=value (repeatable)."
+    ),
+    pilots_times: int | None = typer.Option(
+        None, "--pilots-times", help="Each site's recorded pilots, this many times over."
+    ),
+    jobs_times: int | None = typer.Option(
+        None, "--jobs-times", help="The workload submitted this many times (its DAGs too)."
+    ),
+    arrival_rate: float | None = typer.Option(
+        None, "--arrival-rate", help="Submissions re-spaced at this many a second."
+    ),
+    bandwidth_times: float | None = typer.Option(
+        None, "--bandwidth-times", help="The storage tier this many times as fast."
+    ),
+    speed: float | None = typer.Option(
+        None, "--speed", help="Runs this many times as fast (another site's speed ratio)."
+    ),
     pilots: int | None = typer.Option(None, "--pilots", help="Pilots per site."),
     nodes: int | None = typer.Option(None, "--nodes", help="Nodes per pilot."),
     slots: int | None = typer.Option(None, "--slots", help="Slots per node (jobs at once)."),
@@ -66,23 +88,32 @@ def simulate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """Predict makespan and throughput of a recorded run under another capacity."""
+    """Predict makespan and throughput of a recorded run under another capacity.
+
+    The run's structure is replayed (parents, attempts and their backoff, staging as its
+    steps took); the pilots' shape comes from their session.opened events.
+    """
     from lodestream.client.analytics.simulate.errors import SimulationError  # noqa: PLC0415
     from lodestream.client.analytics.simulate.model import Scenario  # noqa: PLC0415
     from lodestream.client.analytics.simulate.source import Refusals  # noqa: PLC0415
     from lodestream.client.analytics.simulate.whatif import what_if  # noqa: PLC0415
 
     moment = parse_since(since) if since else None
+    end = parse_since(until) if until else None
+    tags = dict(t.replace(":", "=", 1).split("=", 1) for t in tag if "=" in t or ":" in t)
     elastic = {k: v for k, v in (("max_nodes", elastic_max_nodes), ("min_nodes", elastic_min_nodes),
                ("max_queued_jobs", elastic_max_queued)) if v is not None}  # fmt: skip
     refusals = Refusals()
     try:
         scenario = Scenario(pilots=pilots, nodes=nodes, slots=slots, strategy=strategy,  # type: ignore[arg-type]
                             bandwidth=bandwidth, nodes_per_job=nodes_per_job,
-                            parallel_fraction=parallel_fraction)  # fmt: skip
+                            parallel_fraction=parallel_fraction, pilots_factor=pilots_times,
+                            jobs_factor=jobs_times, arrival_rate=arrival_rate,
+                            bandwidth_factor=bandwidth_times, speed=speed)  # fmt: skip
         io = _io_model(io_fraction, recorded_bandwidth)
         events = _events(from_file, site, state_dir, refusals)
-        result = what_if(events, scenario, since=moment, io=io, scaler_changes=elastic)
+        result = what_if(events, scenario, since=moment, until=end, apps=app_names, tags=tags,
+                         io=io, scaler_changes=elastic)  # fmt: skip
     except SimulationError as exc:
         print_error(exc)
         raise typer.Exit(1) from exc

@@ -9,7 +9,7 @@ seconds (the producers' ``occurred_at``).
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -128,6 +128,7 @@ class _Partial:
     per_node: int = 1
     ranks_per_node: int = 1
     parents: tuple[uuid.UUID, ...] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
     created: float | None = None
     first_runnable: float | None = None
     runnable: float | None = None
@@ -145,11 +146,17 @@ def _t(moment: datetime) -> float:
 
 
 def recording(
-    events: Iterable[Event], *, since: datetime | None = None, until: datetime | None = None
+    events: Iterable[Event],
+    *,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    apps: Collection[str] = (),
+    tags: Mapping[str, str] | None = None,
 ) -> Recording:
     """Fold ``events`` (log order, each checked by the shared trust rule) into a recording.
 
-    ``since``/``until``: only jobs created in that range (and pilots opened by ``until``).
+    ``since``/``until``: only jobs created in that range (and pilots opened by ``until``);
+    ``apps``: only jobs of these apps; ``tags``: only jobs with all of these tags.
     """
     jobs: dict[tuple[str, uuid.UUID], _Partial] = {}
     out = Recording()
@@ -173,7 +180,11 @@ def recording(
         done = _done(job_id, job)
         if done is None:
             out.unfinished += job.created is not None and low <= job.created <= high
-        elif low <= done.created <= high:
+        elif (
+            low <= done.created <= high
+            and (not apps or done.app in apps)
+            and all(job.tags.get(k) == v for k, v in (tags or {}).items())
+        ):
             out.jobs.append(done)
     out.jobs.sort(key=lambda j: j.created)
     return out
@@ -185,7 +196,7 @@ def _apply(job: _Partial, event: Event) -> None:
         case JobCreated(data=spec):
             job.created, job.app, job.num_nodes = at, spec.app, spec.num_nodes
             job.per_node, job.ranks_per_node = spec.node_packing_count, spec.ranks_per_node
-            job.parents = tuple(spec.parent_ids)
+            job.parents, job.tags = tuple(spec.parent_ids), dict(spec.tags)
             if event.runnable:
                 _runnable(job, at, at)
         case JobPreprocessed():

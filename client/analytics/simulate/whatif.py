@@ -6,7 +6,7 @@ from what was recorded says how much to trust the prediction.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from typing import Any
@@ -34,6 +34,8 @@ class WhatIf:
             "jobs": len(cal.jobs),
             "unfinished_jobs": self.unfinished,
             "capacity_source": cal.capacity_source,
+            "retried_runs": cal.retries,
+            "jobs_with_parents": cal.dependent,
             "capacity": self.capacity,
             "stage_medians_s": cal.stages,
             "recorded": {"makespan_s": cal.makespan_s, "throughput_per_s": cal.throughput_per_s},
@@ -53,11 +55,14 @@ def what_if(
     scenario: Scenario,
     *,
     since: datetime | None = None,
+    until: datetime | None = None,
+    apps: Collection[str] = (),
+    tags: Mapping[str, str] | None = None,
     io: IOModel | None = None,
     scaler_changes: Mapping[str, Any] | None = None,
 ) -> WhatIf:
     """Predict ``scenario`` from the run ``events`` recorded."""
-    recorded = recording(events, since=since)
+    recorded = recording(events, since=since, until=until, apps=apps, tags=tags)
     cal = calibrate(recorded, io)
     capacity = {site: f"{_shape(cal, site, Scenario())} → {_shape(cal, site, scenario)}"
                 for site in sorted(cal.pilots)}  # fmt: skip
