@@ -1,8 +1,16 @@
 """Where the client finds its API URL and token.
 
-Precedence: explicit arguments, then ``LODE_API_URL``/``LODE_TOKEN``, then
-``./.lode/client.json`` (written by ``lode up``), then
-``~/.config/lodestream/client.json`` (written by ``lode login``).
+Each of the two is taken from the first of these that has it:
+
+1. explicit arguments (``LodeClient.from_config(api_url=…, token=…)``, ``--api-url``),
+2. the environment, ``LODE_API_URL`` and ``LODE_TOKEN``,
+3. ``<state dir>/client.json``, written by ``lode up`` for its local user; the state dir is
+   ``--state-dir``, else ``LODE_STATE_DIR``, else ``./.lode``,
+4. ``~/.config/lodestream/client.json``, written by ``lode login``.
+
+So a ``./.lode/client.json`` in the working directory wins over ``lode login``'s file:
+``lode whoami`` says which source each came from and which others held a token unused.
+The CLI and :meth:`LodeClient.from_config` read the same places in the same order.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from pathlib import Path
 from lodestream.client.errors import NotConfigured
 
 USER_CONFIG = Path("~/.config/lodestream/client.json").expanduser()
+DEFAULT_STATE_DIR = Path(".lode")
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,33 +31,43 @@ class ClientConfig:
     api_url: str
     token: str
     origin: str = "argument"  # where the token came from: an argument, LODE_TOKEN, a file
+    url_origin: str = "argument"  # where the API URL came from, likewise
+    unused: tuple[str, ...] = ()  # later sources that held a token too, shadowed
+
+
+def state_dir_of(state_dir: Path | None = None) -> Path:
+    """``state_dir``, else ``LODE_STATE_DIR``, else ``./.lode``."""
+    return state_dir or Path(os.environ.get("LODE_STATE_DIR") or DEFAULT_STATE_DIR)
 
 
 def candidate_files(state_dir: Path | None = None) -> list[Path]:
-    return [(state_dir or Path(".lode")) / "client.json", USER_CONFIG]
+    return [state_dir_of(state_dir) / "client.json", USER_CONFIG]
 
 
 def resolve(
     api_url: str | None = None, token: str | None = None, state_dir: Path | None = None
 ) -> ClientConfig:
-    """Return the first complete configuration found, or raise NotConfigured."""
-    origin = "argument" if token else "LODE_TOKEN"
-    api_url = api_url or os.environ.get("LODE_API_URL")
-    token = token or os.environ.get("LODE_TOKEN")
+    """Return the configuration the sources give (see the module's docstring), or raise
+    NotConfigured when none gives a URL or a token."""
+    sources: list[tuple[str, str, str | None, str | None]] = [
+        ("argument", "argument", api_url, token),
+        ("LODE_API_URL", "LODE_TOKEN", os.environ.get("LODE_API_URL"),
+         os.environ.get("LODE_TOKEN")),
+    ]  # fmt: skip
     for path in candidate_files(state_dir):
-        if api_url and token:
-            break
         if path.exists():
             stored = json.loads(path.read_text())
-            api_url = api_url or stored.get("api_url")
-            if not token and stored.get("token"):
-                token, origin = stored["token"], str(path)
-    if not api_url or not token:
+            sources.append((str(path), str(path), stored.get("api_url"), stored.get("token")))
+    url = next(((where, u) for where, _, u, _ in sources if u), None)
+    key = next(((where, t) for _, where, _, t in sources if t), None)
+    if url is None or key is None:
         raise NotConfigured(
             "no API URL/token: start a stack with `lode up`, run `lode login`, "
             "or set LODE_API_URL and LODE_TOKEN"
         )
-    return ClientConfig(api_url=api_url.rstrip("/"), token=token, origin=origin)
+    unused = tuple(where for _, where, _, t in sources if t and where != key[0])
+    return ClientConfig(api_url=url[1].rstrip("/"), token=key[1], origin=key[0],
+                        url_origin=url[0], unused=unused)  # fmt: skip
 
 
 def save_user_config(config: ClientConfig) -> Path:

@@ -37,8 +37,19 @@ class ApiError(LodeClientError):
 
 
 class Unreachable(ApiError):
-    def __init__(self, url: str, reason: str) -> None:
-        super().__init__(0, "unreachable", f"cannot reach {url}: {reason}")
+    """No answer from the API at all; ``status`` is 0. The message names the URL and what to
+    do (a local stack that is not running is the usual cause)."""
+
+    def __init__(self, url: str, reason: str, origin: str = "") -> None:
+        source = f" (the URL is from {origin})" if origin and origin != "argument" else ""
+        super().__init__(
+            0,
+            "unreachable",
+            f"cannot reach the API at {url}: {reason}. Is the stack running? `lode up` "
+            f"starts a local one{source}",
+        )
+        self.url = url
+        Exception.__init__(self, self.message)  # no "0 unreachable:" before what to do
 
 
 class JobIdUnresolved(LodeClientError):

@@ -85,9 +85,10 @@ class LodeClient(TypedReads):
         """Remove a site: its credential stops working within seconds."""
         return self._request("DELETE", f"/sites/{name}")
 
-    def list_sites(self) -> list[Json]:
-        """Your sites, each with the transfer locations it declared."""
-        return self._request_list("GET", "/sites")
+    def list_sites(self, *, include_removed: bool = False) -> list[Json]:
+        """Your sites, each with the transfer locations it declared (removed ones too with
+        ``include_removed``)."""
+        return self._request_list("GET", "/sites", params={"include_removed": include_removed})
 
     def site_transfers(
         self,
@@ -415,7 +416,8 @@ class LodeClient(TypedReads):
         try:
             response = self._http.request(method, path, json=json, params=params)
         except httpx.TransportError as exc:
-            raise Unreachable(self.config.api_url, str(exc) or type(exc).__name__) from exc
+            reason = str(exc) or type(exc).__name__
+            raise Unreachable(self.config.api_url, reason, self.config.url_origin) from exc
         if response.status_code not in ok:
             raise _api_error(response)
         return response.json()

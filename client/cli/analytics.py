@@ -23,8 +23,8 @@ import typer
 
 from lodestream import aio
 from lodestream.client.cli.analytics_simulate import simulate
-from lodestream.client.cli.common import STATE_DIR_OPTION, console, parse_pairs, print_error
-from lodestream.client.cli.filters import parse_since
+from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
+from lodestream.client.cli.filters import parse_since, tag_dict
 from lodestream.client.cli.monitoring import (
     CA_FILE_OPTION,
     CREDENTIAL_OPTION,
@@ -53,7 +53,7 @@ analytics_app.command("simulate")(simulate)
 
 SITE = typer.Option([], "--site", help="Only this site (repeatable).")
 APP = typer.Option([], "--app", help="Only jobs of this app (repeatable).")
-TAG = typer.Option([], "--tag", "-t", help="Only jobs with tag key=value (repeatable).")
+TAG = typer.Option([], "--tag", "-t", help="Only jobs with tag key:value (repeatable).")
 SINCE = typer.Option(
     None, "--since",
     help="From this stream sequence (a number), or jobs created since a time (ISO) or "
@@ -85,7 +85,7 @@ def _selection(
         moment = parse_since(since)
     try:
         return Selection.of(
-            sites=site, apps=app, tags=parse_pairs(tag, "--tag"), since_seq=since_seq,
+            sites=site, apps=app, tags=tag_dict(tag), since_seq=since_seq,
             since=moment, until=parse_since(until) if until else None,
         )  # fmt: skip
     except AnalyticsError as exc:

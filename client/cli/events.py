@@ -19,6 +19,8 @@ from rich.text import Text
 
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console
 from lodestream.client.cli.filters import parse_since, parse_states
+from lodestream.client.errors import ApiError
+from lodestream.client.sdk import LodeClient
 from lodestream.schemas.states import TRANSITIONS
 
 # The state machine's table names every job event type (a test checks it against the
@@ -89,6 +91,7 @@ def events(
     if not as_json:
         console.print(Text(HEADER, style="bold"), highlight=False)
     with api_client(state_dir) as client:
+        _check_sites(client, site)
         try:
             if since is None:  # the newest `lines` up to now, then (with --follow) on from there
                 newest: deque[dict[str, Any]] = deque(maxlen=lines)
@@ -103,6 +106,15 @@ def events(
             _print((event for event in feed if keep(event)), as_json)
         except KeyboardInterrupt:  # the way out of --follow
             return
+
+
+def _check_sites(client: LodeClient, names: list[str]) -> None:
+    """A site that is not yours is a 404, as ``lode job submit`` says it (a removed site of
+    yours still has events)."""
+    own = {str(s["name"]) for s in client.list_sites(include_removed=True)} if names else set()
+    for name in names:
+        if name not in own:
+            raise ApiError(404, "not_found", f"site {name!r} not found")
 
 
 HEADER: Final = f"{'seq':<9} {'at':<32} {'site':<11} {'type':<21} {'job':<36}  from → to"

@@ -18,7 +18,7 @@ STATE_OPTION = typer.Option(
     [], "--state", help="Only jobs in this state (repeatable), e.g. RUNNING, FAILED."
 )
 TAG_OPTION = typer.Option(
-    [], "--tag", "-t", help="Only jobs with tag key=value (repeatable; all must match)."
+    [], "--tag", "-t", help="Only jobs with tag key:value (repeatable; all must match)."
 )
 SINCE_OPTION = typer.Option(
     None, "--since", help="Only jobs created since: a duration (30s, 10m, 2h, 1d) or a time."
@@ -59,17 +59,25 @@ def parse_states(values: list[str]) -> list[str]:
     return states
 
 
-def parse_tags(values: list[str]) -> list[str]:
-    """``key=value`` (as ``lode job submit`` takes tags; ``key:value`` too) → the API's
-    ``key:value`` filter strings."""
-    tags = []
-    for value in values:
-        sep = "=" if "=" in value else ":"
-        key, found, tag = value.partition(sep)
-        if not found or not key:
-            raise typer.BadParameter(f"--tag must look like key=value, got {value!r}")
-        tags.append(f"{key}:{tag}")
-    return tags
+def parse_tag(value: str, option: str = "--tag") -> tuple[str, str]:
+    """``key:value`` → ``(key, value)``, the one tag syntax of every surface (the API's filter
+    form). ``key=value`` is refused with the right spelling of what was meant."""
+    key, found, tag = value.partition(":")
+    if found and key and "=" not in key:
+        return key, tag
+    eq_key, eq, eq_value = value.partition("=")
+    hint = f"; write {option} {eq_key}:{eq_value}" if eq and eq_key else ""
+    raise typer.BadParameter(f"{option} must look like key:value, got {value!r}{hint}")
+
+
+def parse_tags(values: list[str], option: str = "--tag") -> list[str]:
+    """``key:value`` tags → the API's ``key:value`` filter strings, checked."""
+    return [":".join(parse_tag(value, option)) for value in values]
+
+
+def tag_dict(values: list[str], option: str = "--tag") -> dict[str, str]:
+    """``key:value`` tags → ``{key: value}``, as a job's or a batch job's tags are sent."""
+    return dict(parse_tag(value, option) for value in values)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,8 +131,13 @@ class JobFilter:
             params["parent_id"] = self.parent
         return params
 
-    def with_default_states(self, states: list[str]) -> JobFilter:
-        """This filter, limited to ``states`` unless it names states itself."""
-        if self.states:
-            return self
-        return JobFilter(self.site, self.app, states, self.tags, self.since, self.parent)
+    def selection(self, ids: list[str]) -> dict[str, Any]:
+        """The body of ``POST /jobs/kill`` and ``/jobs/reset`` (``ids``: among these only)."""
+        selection: dict[str, Any] = {"ids": ids} if ids else {}
+        for name, value in (("site", self.site), ("app", self.app), ("states", self.states),
+                            ("tags", self.tags), ("parent_id", self.parent)):  # fmt: skip
+            if value:
+                selection[name] = value
+        if self.since:
+            selection["created_after"] = self.since.isoformat()
+        return selection

@@ -1,17 +1,17 @@
 """``lode job kill|reset``: of the jobs named, or of every job a filter selects.
 
-The API acts on one job per request, so a filter is resolved here: the jobs
-it lists (``GET /jobs``, the same filters as ``lode job ls``) are shown by
-count and, once confirmed (or with ``--yes``), acted on one by one with a
-progress bar. A job that changed meanwhile and can no longer be acted on is
-reported and skipped, not fatal.
+Jobs named without a filter are acted on one request each, so each refusal says why
+(already final, not found). A filter (the same as ``lode job ls``) goes to the API whole
+(``POST /jobs/kill``, ``/jobs/reset``): the jobs it selects are counted (a dry run),
+confirmed (or ``--yes``), then acted on in one request per ``api.max_jobs_per_request``
+jobs. A job that changed meanwhile and can no longer be acted on is reported, not fatal.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
 import typer
 from rich.progress import MofNCompleteColumn, Progress
@@ -28,12 +28,6 @@ from lodestream.client.cli.filters import (
 )
 from lodestream.client.errors import ApiError
 from lodestream.client.sdk import LodeClient
-from lodestream.schemas.states import FINAL, NON_FINAL, JobState
-
-# What each action can apply to: a filter without --state is limited to these.
-KILLABLE: Final = sorted(s.value for s in NON_FINAL)
-RESETTABLE: Final = sorted(s.value for s in FINAL if s is not JobState.JOB_FINISHED)
-MAX_SELECTED: Final = 100_000
 
 IDS_ARGUMENT = typer.Argument(
     None, help="Job ids (or 4+ hex digits one begins or ends with); or select with the filters."
@@ -56,7 +50,7 @@ def job_kill(
 ) -> None:
     """Kill jobs that are not final; a running task is stopped by its pilot."""
     filters = JobFilter.from_options(site, app, state, tag, since, parent)
-    _act("kill", job_ids or [], filters, KILLABLE, reason, yes, state_dir)
+    _act("kill", job_ids or [], filters, reason, yes, state_dir)
 
 
 def job_reset(
@@ -73,52 +67,63 @@ def job_reset(
 ) -> None:
     """Send FAILED or KILLED jobs back to READY."""
     filters = JobFilter.from_options(site, app, state, tag, since, parent)
-    _act("reset", job_ids or [], filters, RESETTABLE, reason, yes, state_dir)
+    _act("reset", job_ids or [], filters, reason, yes, state_dir)
 
 
 def _act(
     verb: str,
     ids: list[str],
     filters: JobFilter,
-    applicable: list[str],
     reason: str,
     yes: bool,
     state_dir: Path,
 ) -> None:
     """Named jobs without a filter are acted on as named; with a filter, the jobs it selects
-    (in ``applicable`` states unless it names states), after a confirmation."""
+    (in the states the action applies to unless it names states), after a confirmation."""
     if not ids and filters.empty:
         raise typer.BadParameter(
             f"name the jobs to {verb}, or select them with --site, --app, --state, --tag, "
             "--since or --parent"
         )
     with api_client(state_dir) as client:
-        action: Callable[[str, str], dict[str, Any]] = (
-            client.kill_job if verb == "kill" else client.reset_job
-        )
         targets = [client.resolve_job_id(i) for i in ids]
-        if not filters.empty:
-            targets = _select(client, targets, filters.with_default_states(applicable))
-            if not targets:
-                console.print(f"no job to {verb} matches")
-                return
-            if not yes and not typer.confirm(f"{verb} {len(targets)} jobs?", err=True):
-                raise typer.Exit(1)
-        failed = _apply(verb, action, targets, reason)
+        if filters.empty:
+            action: Callable[[str, str], dict[str, Any]] = (
+                client.kill_job if verb == "kill" else client.reset_job
+            )
+            failed = _apply(verb, action, targets, reason)
+        else:
+            failed = _bulk(client, verb, targets, filters, reason, yes)
     if failed:
         raise typer.Exit(1)
 
 
-def _select(client: LodeClient, ids: list[str], filters: JobFilter) -> list[str]:
-    """The jobs the filter lists, among ``ids`` when some are named too."""
-    wanted = set(ids)
-    selected = []
-    for job in client.list_jobs(**filters.params()):
-        if not wanted or job["id"] in wanted:
-            selected.append(job["id"])
-        if len(selected) >= MAX_SELECTED:
+def _bulk(
+    client: LodeClient, verb: str, ids: list[str], filters: JobFilter, reason: str, yes: bool
+) -> int:
+    """Act on what the filter selects (among ``ids`` when some are named) through the bulk
+    route, request after request while it says there is more; how many were refused."""
+    bulk = client.kill_jobs if verb == "kill" else client.reset_jobs
+    selection = filters.selection(ids)
+    counted = bulk(dry_run=True, **selection)
+    if not counted["matched"]:
+        console.print(f"no job to {verb} matches")
+        return 0
+    more = "+" if counted["more"] else ""
+    if not yes and not typer.confirm(f"{verb} {counted['matched']}{more} jobs?", err=True):
+        raise typer.Exit(1)
+    acted = refused = 0
+    while True:
+        done = bulk(reason=reason, **selection)
+        acted += int(done["acted"])
+        refused += int(done["refused"])
+        for refusal in done["refusals"]:
+            err_console.print(f"{refusal['id']}: not {verb}: {refusal['reason']}", highlight=False)
+        if not done["more"] or not done["acted"]:
             break
-    return selected
+    state = "KILLED" if verb == "kill" else "READY"
+    console.print(f"{acted} jobs {state}" + (f", {refused} refused" if refused else ""))
+    return refused
 
 
 def _apply(

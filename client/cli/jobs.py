@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import secrets
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +28,9 @@ from lodestream.client.cli.filters import (
     STATE_OPTION,
     TAG_OPTION,
     JobFilter,
+    tag_dict,
 )
+from lodestream.client.cli.job_results import wait_and_report
 from lodestream.client.cli.transfers import transfers_table
 from lodestream.client.sdk import LodeClient
 from lodestream.schemas.ids import short_id
@@ -42,9 +46,13 @@ MAX_CHUNK = 5000  # the API's default api.max_jobs_per_request
 def job_submit(
     site: str = typer.Option(None, help='Site to run at; "auto" lets lodestream choose.'),
     app: str = typer.Option(None, help="Application name registered at the site."),
-    workdir: str = typer.Option(None, help="Working directory, relative to the site's data/."),
+    workdir: str = typer.Option(
+        None,
+        help="Working directory, relative to the site's data/; default: a new one, "
+        "runs/<date>-<time>-<6 hex digits>.",
+    ),
     param: list[str] = typer.Option([], "--param", "-p", help="Parameter key=value."),
-    tag: list[str] = typer.Option([], "--tag", "-t", help="Tag key=value."),
+    tag: list[str] = typer.Option([], "--tag", "-t", help="Tag key:value (repeatable)."),
     num_nodes: int = typer.Option(1, min=1),
     ranks_per_node: int = typer.Option(1, min=1),
     wall_time_min: int = typer.Option(0, min=0),
@@ -56,7 +64,14 @@ def job_submit(
         1000, min=1, max=MAX_CHUNK, help="Jobs per request when submitting a file."
     ),
     idempotency_key: str | None = typer.Option(None, help="Make a retried submission a no-op."),
-    wait: bool = typer.Option(False, help="Return once the jobs are visible in queries."),
+    wait: bool = typer.Option(
+        False,
+        help="Return once the jobs are accepted and visible in `lode job ls` (not once they "
+        "ran: for that, `lode job wait <ids>` or --wait-final).",
+    ),
+    wait_final: bool = typer.Option(
+        False, "--wait-final", help="Then wait until every job is final, as `lode job wait`."
+    ),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """Submit one job from options, or many from --file, in chunks, with a progress bar."""
@@ -65,11 +80,12 @@ def job_submit(
     if file is not None:
         jobs = _load_jobs(file)
     else:
-        if not (site and app and workdir):
-            raise typer.BadParameter("give --site, --app and --workdir, or --file")
+        if not (site and app):
+            raise typer.BadParameter("give --site and --app (and --workdir), or --file")
+        workdir = workdir or new_workdir()
         job: dict[str, Any] = {
             "site": site, "app": app, "workdir": workdir,
-            "parameters": parse_pairs(param, "--param"), "tags": parse_pairs(tag, "--tag"),
+            "parameters": parse_pairs(param, "--param"), "tags": tag_dict(tag),
             "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
             "wall_time_min": wall_time_min,
         }  # fmt: skip
@@ -82,6 +98,16 @@ def job_submit(
         console.print(
             f"{job['id']}  seq {job['seq']}" + ("  (duplicate)" if job["duplicate"] else "")
         )
+    if wait_final:
+        with api_client(state_dir) as client:
+            failed = wait_and_report(client, [str(job["id"]) for job in submitted])
+        if failed:
+            raise typer.Exit(1)
+
+
+def new_workdir() -> str:
+    """A workdir no other job has: ``runs/<UTC date>-<time>-<6 hex digits>``."""
+    return f"runs/{datetime.now(UTC):%Y%m%d-%H%M%S}-{secrets.token_hex(3)}"
 
 
 def _load_jobs(file: Path) -> list[dict[str, Any]]:
@@ -131,18 +157,23 @@ def job_ls(
     tag: list[str] = TAG_OPTION,
     since: str | None = SINCE_OPTION,
     parent: str | None = PARENT_OPTION,
-    limit: int = typer.Option(50, min=1),
+    limit: int = typer.Option(50, min=1, help="Show at most this many (newest first)."),
+    every: bool = typer.Option(False, "--all", help="Show every matching job (no --limit)."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per line."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
     """List your jobs, newest first; the id column shows each id's last 8 digits (what
-    `lode job show` takes), --json whole ids."""
+    `lode job show` takes), --json whole ids. A listing cut at --limit says so on stderr."""
     filters = JobFilter.from_options(site, app, state, tag, since, parent)
     table = Table("id", "site", "app", "state", "workdir", "updated")
+    shown, more = 0, False
     with api_client(state_dir) as client:
-        for n, job in enumerate(client.list_jobs(page_size=min(limit, 500), **filters.params())):
-            if n >= limit:
+        page_size = 500 if every else min(limit + 1, 500)
+        for job in client.list_jobs(page_size=page_size, **filters.params()):
+            if not every and shown >= limit:
+                more = True
                 break
+            shown += 1
             if as_json:
                 typer.echo(json.dumps(job))
             else:
@@ -150,6 +181,11 @@ def job_ls(
                               job["workdir"], str(job["updated_at"]))  # fmt: skip
     if not as_json:
         console.print(table)
+    if more:
+        err_console.print(
+            f"showing the newest {limit} jobs; more match: --limit N for more, --all for every "
+            "one", highlight=False,
+        )  # fmt: skip
 
 
 @job_app.command("show")

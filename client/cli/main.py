@@ -9,12 +9,14 @@ from lodestream.client.cli import (
     apps,
     events,
     job_actions,
+    job_results,
     jobs,
     login,
     queue,
     services,
     site,
     stack,
+    tokens,
     transfers,
     watch,
     whoami,
@@ -35,11 +37,14 @@ app.command("migrate")(services.migrate)
 app.command("controller")(services.controller)
 app.add_typer(services.projector_app, name="projector")
 app.add_typer(services.user_app, name="user")
+app.add_typer(tokens.token_app, name="token")
 site.site_app.command("transfers")(transfers.site_transfers)  # beside the other transfer views
 app.add_typer(site.site_app, name="site")
 app.command("launcher")(site.launcher)
 jobs.job_app.command("kill")(job_actions.job_kill)
 jobs.job_app.command("reset")(job_actions.job_reset)
+jobs.job_app.command("wait")(job_results.job_wait)
+jobs.job_app.command("result")(job_results.job_result)
 app.add_typer(jobs.job_app, name="job")
 app.add_typer(apps.app_app, name="app")
 app.command("events")(events.events)

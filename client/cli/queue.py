@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, parse_pairs
+from lodestream.client.cli.filters import tag_dict
 
 queue_app = typer.Typer(help="Pilot batch jobs: ask a site for pilots, watch them, delete them.")
 
@@ -69,7 +70,7 @@ def queue_submit(
     queue: str = typer.Option("", help="Scheduler queue (partition); the site's default if empty."),
     project: str = typer.Option("", help="Project (account) to charge; the site's default."),
     mode: str = typer.Option("serial", "--mode", help="Pilot mode: serial or mpi."),
-    tag: list[str] = typer.Option([], "--tag", help="Run only jobs with tag key=value."),
+    tag: list[str] = typer.Option([], "--tag", help="Run only jobs with tag key:value."),
     option: list[str] = typer.Option(
         [], "--option", "-o", help="Scheduler option name=value (repeatable)."
     ),
@@ -82,7 +83,7 @@ def queue_submit(
     with api_client(state_dir) as client:
         result = client.request_batch_job(
             site, num_nodes=num_nodes, wall_time_min=wall_time_min, queue=queue,
-            project=project, job_mode=mode, filter_tags=parse_pairs(tag, "--tag"),
+            project=project, job_mode=mode, filter_tags=tag_dict(tag),
             options=parse_pairs(option, "--option"), idempotency_key=idempotency_key,
         )  # fmt: skip
     console.print(f"{result['id']}  {result['state']}  seq {result['seq']}"

@@ -1,4 +1,4 @@
-"""``lode api``, ``lode projector run|rebuild``, ``lode migrate``, ``lode user create``."""
+"""``lode api``, ``lode projector run|rebuild``, ``lode migrate``, ``lode user create|ls``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
+from rich.table import Table
 
 from lodestream import aio
 from lodestream.client.cli.common import STATE_DIR_OPTION, console, print_error
@@ -106,3 +107,16 @@ def user_create(
         print_error(exc)
         raise typer.Exit(2) from exc
     console.print(token)
+
+
+@user_app.command("ls")
+def user_ls(state_dir: Path = STATE_DIR_OPTION) -> None:
+    """Every API user, with when it was made and how many live tokens it has (for the
+    stack's admin: reads the stack's database, as `lode user create` does)."""
+    from lodestream.services.api.users import list_users  # noqa: PLC0415
+
+    settings = _settings(state_dir, "api")
+    table = Table("user", "created", "live tokens")
+    for name, created, tokens in list_users(settings.database_url):
+        table.add_row(name, str(created), str(tokens))
+    console.print(table)

@@ -32,7 +32,7 @@ from rich.table import Table
 
 from lodestream import aio
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, print_error
-from lodestream.client.cli.filters import APP_OPTION, parse_tags
+from lodestream.client.cli.filters import APP_OPTION, parse_tags, tag_dict
 from lodestream.client.cli.monitoring import (
     CA_FILE_OPTION,
     CREDENTIAL_OPTION,
@@ -78,7 +78,7 @@ def watch_command(
 
     start = _parse_since(since)
     tags = parse_tags(tag)
-    selection = Selection(app, dict(t.split(":", 1) for t in tags))
+    selection = Selection(app, tag_dict(tag))
     access = monitor_access(state_dir, credential_file, nats_url, ca_file, renew=new_credential)
     credential, fresh = access.credential, access.fresh
     sites = check_sites(site, access.sites)

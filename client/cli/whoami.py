@@ -29,15 +29,27 @@ def whoami(
     as_json: bool = typer.Option(False, "--json", help="Print the API's JSON."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """Your user name, where your token came from, and the credential sync's state."""
+    """Your user name, where your token and API URL came from (and which other source held a
+    token it did not use), and the credential sync's state.
+
+    Sources, first wins: LODE_API_URL/LODE_TOKEN, <state dir>/client.json (`lode up`; the
+    state dir is --state-dir, LODE_STATE_DIR or ./.lode), ~/.config/lodestream/client.json
+    (`lode login`)."""
     with api_client(state_dir) as client:
         me = client.me()
-        origin = client.config.origin
+    config = client.config
     if as_json:
-        typer.echo(json.dumps({**me, "token_origin": origin, "api_url": client.config.api_url}))
+        typer.echo(json.dumps({**me, "token_origin": config.origin, "api_url": config.api_url,
+                               "api_url_origin": config.url_origin,
+                               "unused_tokens": list(config.unused)}))  # fmt: skip
         return
-    console.print(f"user: [bold]{me['user']}[/bold] at {client.config.api_url}", highlight=False)
-    console.print(f"token from: {origin}", highlight=False, markup=False)
+    console.print(f"user: [bold]{me['user']}[/bold] at {config.api_url}", highlight=False)
+    console.print(f"token from: {config.origin}", highlight=False, markup=False)
+    if config.url_origin != config.origin:
+        console.print(f"API URL from: {config.url_origin}", highlight=False, markup=False)
+    for where in config.unused:  # shadowed: see lodestream.client.config for the order
+        console.print(f"not used: the token in {where} (an earlier source wins)",
+                      highlight=False, markup=False)  # fmt: skip
     console.print(sync_line(me.get("credential_sync")), highlight=False, markup=False)
     for reject in me.get("rejected", []):
         what = "site" if reject["kind"] == "site" else "monitoring key of"

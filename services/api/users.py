@@ -10,7 +10,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Final
 
-from sqlalchemy import create_engine, delete, func, pool, update
+from sqlalchemy import create_engine, delete, func, pool, select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from lodestream.infra.postgres.migrate import sqlalchemy_url
@@ -47,6 +47,23 @@ def create_user(database_url: str, name: str) -> str:
     finally:
         engine.dispose()
     return token
+
+
+def list_users(database_url: str) -> list[tuple[str, datetime, int]]:
+    """Every user: name, creation time and how many live tokens, by name."""
+    live = func.count(api_tokens.c.token_hash).filter(api_tokens.c.revoked_at.is_(None))
+    query = (
+        select(users.c.name, users.c.created_at, live)
+        .select_from(users.outerjoin(api_tokens, api_tokens.c.user_name == users.c.name))
+        .group_by(users.c.name, users.c.created_at)
+        .order_by(users.c.name)
+    )
+    engine = create_engine(sqlalchemy_url(database_url), poolclass=pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            return [(str(n), created, int(count)) for n, created, count in conn.execute(query)]
+    finally:
+        engine.dispose()
 
 
 def revoke_tokens(database_url: str, name: str) -> int:

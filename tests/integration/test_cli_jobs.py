@@ -85,25 +85,25 @@ async def test_a_file_goes_in_chunks_and_the_filters_select_alike(cli: Cli) -> N
                          "--idempotency-key", "k1")  # fmt: skip
     assert again.count("(duplicate)") == 10  # per-chunk keys: a rerun appends nothing
 
-    assert len(await cli.jobs("--tag", "run=a")) == 7
+    assert len(await cli.jobs("--tag", "run:a")) == 7
     # "sim" has no preprocess hook and the jobs nothing to stage: they are created runnable.
-    assert len(await cli.jobs("--tag", "run=a", "--site", "theta", "--state", "preprocessed")) == 3
+    assert len(await cli.jobs("--tag", "run:a", "--site", "theta", "--state", "preprocessed")) == 3
     assert len(await cli.jobs("--since", "1h", "--app", "sim")) == 10
     assert await cli.jobs("--since", "2999-01-01T00:00:00") == []
 
     # kill by the same filter: asked first; "n" leaves everything as it was.
-    refused = await cli.run("job", "kill", "--tag", "run=a", "--site", "theta", stdin="n\n")
+    refused = await cli.run("job", "kill", "--tag", "run:a", "--site", "theta", stdin="n\n")
     assert refused.returncode == 1
     assert "kill 3 jobs?" in refused.stderr
     assert await cli.jobs("--state", "KILLED") == []
-    out = await cli.ok("job", "kill", "--tag", "run=a", "--site", "theta", stdin="y\n")
-    assert out.count(": KILLED") == 3
+    out = await cli.ok("job", "kill", "--tag", "run:a", "--site", "theta", stdin="y\n")
+    assert "3 jobs KILLED" in out  # one request: POST /jobs/kill
     killed = {job["id"] for job in await cli.jobs("--state", "KILLED")}
-    assert killed == {job["id"] for job in await cli.jobs("--tag", "run=a", "--site", "theta")}
+    assert killed == {job["id"] for job in await cli.jobs("--tag", "run:a", "--site", "theta")}
 
     # reset by filter takes only the jobs it can (FAILED, KILLED) unless --state says more.
-    out = await cli.ok("job", "reset", "--tag", "run=a", "--yes", "--reason", "again")
-    assert out.count(": READY") == 3
+    out = await cli.ok("job", "reset", "--tag", "run:a", "--yes", "--reason", "again")
+    assert "3 jobs READY" in out
     assert len(await cli.jobs("--state", "READY")) == 3
     # named jobs, no filter: as before, no question asked.
     one = next(iter(killed))
