@@ -64,6 +64,8 @@ class StartedData(EventData):
     session_id: uuid.UUID
     skipped: tuple[str, ...] = ()
     placement: tuple[Placement, ...] = ()
+    # Always None: this is the lease, appended before the task is spawned; the run's pid
+    # is in its result's profile (RunProfile.pid).
     pid: int | None = Field(None, ge=0, le=INT32_MAX)
     attempt: int = Field(1, ge=1, le=INT32_MAX)
 
