@@ -150,7 +150,7 @@ async def mixed_run(
     """``pilots`` pilots and the site's agent (it decides the retries) run :func:`mixed`."""
     first = await last_seq(js)
     stop = asyncio.Event()
-    tasks = [asyncio.create_task(run_site_agent(site_dir, stop=stop))]
+    tasks: list[asyncio.Task[object]] = [asyncio.create_task(run_site_agent(site_dir, stop=stop))]
     tasks += [asyncio.create_task(run_launcher(site_dir, wall_time_min=10, stop=stop))
               for _ in range(pilots)]  # fmt: skip
     await session_open(dsn, sessions)
