@@ -5,9 +5,10 @@
 
 Alternates, round after round on the same machine: Parsl HTEX (``python_app`` and
 ``bash_app`` no-ops, ``--workers`` workers, run by ``bench/peers_parsl.py`` in the bench
-virtualenv) and lodestream (a no-op Python-function app and ``/bin/true``, one pilot with
-the site's default settings and as many slots as Parsl has workers, submitted through the
-API, finished when the read model says so). Prints each figure, the medians and their
+virtualenv) and lodestream (a no-op Python-function app, warm and, for reference, in a
+fresh interpreter per job, and ``/bin/true``; one pilot with the site's default settings and
+as many slots as Parsl has workers, submitted through the API, finished when the read model
+says so). Prints each figure, the medians and their
 ratios, CPU seconds per job by component, and submit → RUNNING latency; writes them as JSON.
 """
 
@@ -50,6 +51,14 @@ class PyNoop(ApplicationDefinition):
 
     def run(self) -> None:
         return None
+
+
+class PyNoopCold(ApplicationDefinition):
+    name = "pynoop_cold"
+    isolation = "process"  # a fresh interpreter per job: how every function job ran before
+
+    def run(self) -> None:
+        return None
 """
 BENCH_SITE = Path(".venv-bench/site")
 
@@ -57,9 +66,27 @@ BENCH_SITE = Path(".venv-bench/site")
 class PeerBench(LifecycleBench):
     """The lifecycle bench's stack, with a site of default settings but ``slots`` cores."""
 
-    def __init__(self, root: Path, slots: int) -> None:
+    def __init__(self, root: Path, slots: int, profile: Path | None = None) -> None:
         super().__init__(root)
         self.slots = slots
+        self.profile = profile  # the pilot runs under cProfile, its stats written here
+
+    def start_pilot(self, name: str) -> Any:
+        if self.profile is None:
+            return super().start_pilot(name)
+        from lodestream.services.embedded.process import ServiceProcess  # noqa: PLC0415
+
+        cli = [sys.executable, "-m", "cProfile", "-o", str(self.profile),
+               "-m", "lodestream.client.cli.main", "launcher", "--site", str(self.site_dir),
+               "--wall-time-min", "600"]  # fmt: skip
+        pilot = ServiceProcess(name, cli, {}, self.root / f"{name}.log")
+        opened = self._open_sessions()
+        pilot.start()
+        self.pilots.append(pilot)
+        deadline = time.monotonic() + 60
+        while self._open_sessions() <= opened and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return pilot
 
     def start(self) -> Any:
         info = self.stack.start("bench")
@@ -96,7 +123,11 @@ class PeerBench(LifecycleBench):
     def run_jobs(self, n: int, app: str) -> dict[str, Any]:
         tag = f"{app}-{uuid.uuid4().hex[:8]}"
         jobs = self._jobs(n, tag, app=app)
-        meter = CpuMeter(self.pids()).start()
+        pids = self.pids()
+        for pilot in self.pilots:  # its warm workers: alive, so not in its reaped children
+            for i, pid in enumerate(descendants(pilot.pid or 0)):
+                pids[f"{pilot.name} python worker {i}"] = pid
+        meter = CpuMeter(pids).start()
         started = time.perf_counter()
         with self.http() as http:
             for i in range(0, n, 5000):
@@ -128,6 +159,25 @@ class PeerBench(LifecycleBench):
         return quantiles(to_running)
 
 
+def descendants(root: int) -> list[int]:
+    """The live processes below ``root`` (a pilot's warm template and its workers)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found, frontier = [], [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent]
+        found += children
+        frontier += children
+    return found
+
+
 def parsl_round(n: int, workers: int) -> dict[str, Any]:
     """One round of Parsl in the bench virtualenv (a child: its CPU is counted on exit)."""
     env = {**os.environ, "PYTHONPATH": str(BENCH_SITE.resolve()),
@@ -154,13 +204,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--latency-jobs", type=int, default=50)
+    # Function jobs in a fresh interpreter each, as before warm workers: the baseline.
+    parser.add_argument("--cold-jobs", type=int, default=200)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
+    parser.add_argument("--profile-pilot", type=Path, default=None,
+                        help="run the pilot under cProfile; its stats go to this file")  # fmt: skip
     args = parser.parse_args(argv)
     if not BENCH_SITE.is_dir():
         parser.error(f"no {BENCH_SITE}: run `make bench-peers` (it installs the pinned Parsl)")
     root = Path(tempfile.mkdtemp(prefix="lode-peers-"))
     root.chmod(0o711)  # Postgres runs as its own account when we are root
-    bench = PeerBench(root, args.workers)
+    bench = PeerBench(root, args.workers, args.profile_pilot)
     rounds: list[dict[str, Any]] = []
     results: dict[str, Any] = {"date": datetime.now(UTC).isoformat(), "cpus": os.cpu_count(),
                                "jobs": args.jobs, "workers": args.workers}  # fmt: skip
@@ -172,11 +226,14 @@ def main(argv: list[str] | None = None) -> int:
             one: dict[str, Any] = {"parsl": parsl_round(args.jobs, args.workers)}
             one["lode_function"] = bench.run_jobs(args.jobs, "pynoop")
             one["lode_true"] = bench.run_jobs(args.jobs, "noop")
+            if args.cold_jobs:
+                one["lode_function_cold"] = bench.run_jobs(args.cold_jobs, "pynoop_cold")
             rounds.append(one)
             print(json.dumps({"round": i, **one}), flush=True)
         results["latency_to_running_ms"] = {
             "pynoop": bench.latency_to_running(args.latency_jobs, "pynoop"),
             "noop": bench.latency_to_running(args.latency_jobs, "noop"),
+            "pynoop_cold": bench.latency_to_running(args.latency_jobs, "pynoop_cold"),
         }
     finally:
         bench.stop()
@@ -197,6 +254,11 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
     python_app, bash_app = med(("parsl", "python_app_per_s")), med(("parsl", "bash_app_per_s"))
     function, true = med(("lode_function", "jobs_per_s")), med(("lode_true", "jobs_per_s"))
+    cold = {}
+    if all("lode_function_cold" in r for r in rounds):
+        per_s = med(("lode_function_cold", "jobs_per_s"))
+        cold = {"lode_function_cold_per_s": round(per_s, 1),
+                "ratio_function_warm_vs_cold": round(function / per_s, 2)}  # fmt: skip
     return {
         "parsl_python_app_per_s": round(python_app, 1),
         "parsl_bash_app_per_s": round(bash_app, 1),
@@ -204,6 +266,7 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "lode_true_per_s": round(true, 1),
         "ratio_function_vs_python_app": round(function / python_app, 3),
         "ratio_true_vs_bash_app": round(true / bash_app, 3),
+        **cold,
     }
 
 

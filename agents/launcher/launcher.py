@@ -173,6 +173,8 @@ class Launcher:
         self._jobs: set[asyncio.Task[None]] = set()
         # What we hold, from the offer until the task is reported: one entry per job.
         self._held: dict[JobKey, WorkItem] = {}
+        # Jobs holding an allocation: from the offer until their task has ended.
+        self._placed: set[JobKey] = set()
         # The last sequence of our CAS chain; present only while we may still report.
         self._chains: dict[JobKey, int] = {}
         self._freed = asyncio.Event()
@@ -340,7 +342,7 @@ class Launcher:
     def _fetch_size(self) -> int:
         # Every job offered holds its allocation from the lease on, not only once it runs:
         # fetching more than that would hand the surplus back (nak) and delay it.
-        free = sum(max(len(n.cpu_ids), 1) for n in self._nodes) - len(self._jobs)
+        free = sum(max(len(n.cpu_ids), 1) for n in self._nodes) - len(self._placed)
         return max(1, min(self._max_fetch, free))
 
     def _has_free_cpu(self) -> bool:
@@ -381,6 +383,7 @@ class Launcher:
             await settle(msg.nak(delay=NAK_DELAY_S))
             return
         self._held[item.key] = item
+        self._placed.add(item.key)
         job = asyncio.create_task(self._run_job(item, allocation))
         self._jobs.add(job)
         job.add_done_callback(self._jobs.discard)
@@ -499,12 +502,20 @@ class Launcher:
         except Exception:  # one job's surprise must not leak its allocation or stop the pilot
             log.exception("launcher: job %s failed unexpectedly", item.job_id)
         finally:
-            if self._diffusion is not None:
-                await self._diffusion.release(item, allocation)
+            await self._free(item, allocation)
             self._chains.pop(item.key, None)
             self._held.pop(item.key, None)
-            self._packer.release(str(item.job_id))
-            self._freed.set()
+
+    async def _free(self, item: WorkItem, allocation: Allocation) -> None:
+        """Give the job's slot back (once): when its task has ended, not when its result has
+        been appended, so that the next job runs while the log takes the result."""
+        if item.key not in self._placed:
+            return
+        self._placed.discard(item.key)
+        if self._diffusion is not None:
+            await self._diffusion.release(item, allocation)
+        self._packer.release(str(item.job_id))
+        self._freed.set()
 
     async def _fail_unrunnable(self, item: WorkItem, why: str) -> None:
         """Lease a job no pilot of the site can run, only to record why on its history."""
@@ -537,8 +548,9 @@ class Launcher:
                 await self._report(item, decide.late_start(item, self.session.id))
             case AfterStart.RUN:
                 code = await tracked.done
-                # (Not a task we stopped ourselves, which has no chain left to report on.)
                 ended_at = time.monotonic()
+                await self._free(item, allocation)  # the result is appended on the job's chain
+                # (Not a task we stopped ourselves, which has no chain left to report on.)
                 if item.key in self._chains and await self._ended_by_stop(code, ended_at):
                     outcome = decide.ended_with_pilot(
                         item, self.session.id, code, batch=self._batch,

@@ -13,15 +13,22 @@ import os
 import signal
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from lodestream.agents.launcher import launcher as pilot_module
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.schemas.subjects import EVENTS_STREAM
 from tests.fixtures.nats import SecureNats
-from tests.integration.test_launcher import control_plane, job_event_data, submit, until_all
+from tests.integration.test_launcher import (
+    control_plane,
+    job_event_data,
+    submit,
+    until_all,
+)
 from tests.integration.test_launcher_faults import history, spawn, stop
 from tests.integration.test_launcher_kills import kill
 from tests.support.builders import job_created, site_registered
@@ -153,3 +160,38 @@ async def test_a_pilot_that_lost_its_lease_kills_the_worker_running_the_job(
     events = await history(database_url, job)
     assert events == ["job.created", "job.preprocessed", "job.started", "job.run_timed_out"]
     assert "1 fenced" in (tmp_path / "zombie.log").read_text()
+
+
+async def test_slots_run_the_next_jobs_while_the_log_takes_the_results(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every result append held back, a 2-slot pilot still runs all its jobs: a slot
+    waits on the log for its next lease, never for its last result."""
+    settings = warm_site(secure_nats, tmp_path)
+    gate = asyncio.Event()
+    append = pilot_module.append_or_keep
+
+    async def held(*args: Any, **kwargs: Any) -> int | None:
+        await gate.wait()
+        return await append(*args, **kwargs)
+
+    monkeypatch.setattr(pilot_module, "append_or_keep", held)
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        jobs = [job_created(SITE, OWNER, app="pid", workdir=f"p/{i}", node_packing_count=2)
+                for i in range(6)]  # fmt: skip
+        ids = await submit(js, jobs)
+        stop_ = asyncio.Event()
+        pilot = asyncio.create_task(run_launcher(settings.directory, wall_time_min=10, stop=stop_))
+        results = [
+            settings.data_dir / "p" / str(i) / ".lode" / "pyrun-result.json" for i in range(6)
+        ]
+        async with asyncio.timeout(60):  # every job ran, none of their results appended
+            while not all(r.exists() for r in results):
+                await asyncio.sleep(0.05)
+        await until_all(database_url, ids, "RUNNING")  # and no further: nothing reported
+        gate.set()
+        await until_all(database_url, ids, "JOB_FINISHED")
+        stop_.set()
+        report = await pilot
+    assert report.finished == 6
