@@ -439,16 +439,6 @@ def _api_error(response: httpx.Response) -> ApiError:
 # The executor is built on the client; it is importable from here, with what its futures give.
 from lodestream.client.executor import LodeExecutor  # noqa: E402
 from lodestream.client.futures import JobFailed, JobResult, LodeFuture  # noqa: E402
-from lodestream.client.typed import (  # noqa: E402
-    App,
-    BatchJob,
-    Job,
-    JobDetail,
-    JobEvent,
-    RunResult,
-    Site,
-    Transfer,
-)
 
 __all__ = [
     "ApiError", "App", "AsyncLodeClient", "BatchJob", "Job", "JobDetail", "JobEvent",
@@ -458,13 +448,26 @@ __all__ = [
 
 if TYPE_CHECKING:
     from lodestream.client.asyncclient import AsyncLodeClient
+    from lodestream.client.typed import (
+        App,
+        BatchJob,
+        Job,
+        JobDetail,
+        JobEvent,
+        RunResult,
+        Site,
+        Transfer,
+    )
 
 
 def __getattr__(name: str) -> Any:
     # AsyncLodeClient is made from LodeClient's methods, so its module imports this one: it
-    # is imported here on first use, and either module may be imported first.
+    # is imported here on first use, and either module may be imported first. The typed
+    # models load the event models: they too come on first use, not at every `lode` start.
     if name == "AsyncLodeClient":
         from lodestream.client.asyncclient import AsyncLodeClient  # noqa: PLC0415
 
         return AsyncLodeClient
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from lodestream.client import typed  # noqa: PLC0415
+
+    return getattr(typed, name)
