@@ -82,7 +82,12 @@ NUL_REFUSED = "must not contain NUL (\\u0000), which Postgres cannot store"
 @pytest.mark.parametrize(
     ("fields", "where", "message"),
     [
-        ({"parameters": {"n": f"1{NUL}"}}, "body.jobs.1.parameters.n", NUL_REFUSED),
+        # Parameters are JSON values, walked as `data` is: the message names the key.
+        (
+            {"parameters": {"n": f"1{NUL}"}},
+            "body.jobs.1.parameters",
+            "parameters['n'] contains NUL (\\u0000), which Postgres cannot store",
+        ),
         ({"parameters": {"n": "1", f"x{NUL}": "2"}}, "body.jobs.1.parameters.x", NUL_REFUSED),
         ({"tags": {"run": f"a{NUL}"}}, "body.jobs.1.tags.run", NUL_REFUSED),
         (
