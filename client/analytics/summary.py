@@ -15,7 +15,13 @@ from dataclasses import dataclass
 from lodestream.client.analytics.errors import NothingSelected
 from lodestream.client.analytics.figures.backlog import Backlog, backlog
 from lodestream.client.analytics.figures.common import Unavailable
-from lodestream.client.analytics.figures.failures import FailureGroup, failures_by_cause
+from lodestream.client.analytics.figures.failures import (
+    AppFailure,
+    FailureGroup,
+    failures_by_app,
+    failures_by_cause,
+)
+from lodestream.client.analytics.figures.headline import Headline, headline
 from lodestream.client.analytics.figures.latency import StageTable, stage_table
 from lodestream.client.analytics.figures.little import LittleRow, littles_law
 from lodestream.client.analytics.figures.pilot import PilotOverhead, pilot_overhead
@@ -53,6 +59,8 @@ class Summary:
     little: tuple[LittleRow, ...] | Unavailable
     failures: tuple[FailureGroup, ...]
     backlog: Backlog
+    headline: Headline
+    failures_by_app: tuple[AppFailure, ...]
 
     @property
     def jobs(self) -> int:
@@ -68,8 +76,11 @@ def window_of(loaded: Loaded) -> Window:
     return Window(start, max(start, end))
 
 
-def summarize(loaded: Loaded, bin_s: float | None = None) -> Summary:
-    """Every figure of ``loaded``; ``bin_s`` fixes the width of the time bins."""
+def summarize(
+    loaded: Loaded, bin_s: float | None = None, steady: tuple[float, float] | None = None
+) -> Summary:
+    """Every figure of ``loaded``; ``bin_s`` fixes the width of the time bins, ``steady`` the
+    window of Little's law (seconds from the window's start; default: the run's middle half)."""
     timelines, selection = loaded.timelines, loaded.selection
     # Pilots without jobs are worth showing (idle nodes), unless the filters were about jobs.
     if timelines.empty or (not timelines.jobs and (selection.apps or selection.tags)):
@@ -77,13 +88,16 @@ def summarize(loaded: Loaded, bin_s: float | None = None) -> Summary:
     window = window_of(loaded)
     bins = Bins.over(window, bin_s)
     with collector_paused():
-        return _figures(loaded, window, bins)
+        return _figures(loaded, window, bins, steady)
 
 
-def _figures(loaded: Loaded, window: Window, bins: Bins) -> Summary:
+def _figures(
+    loaded: Loaded, window: Window, bins: Bins, steady: tuple[float, float] | None
+) -> Summary:
     timelines = loaded.timelines
     jobs = list(timelines.jobs.values())
     sessions, batches = timelines.sessions.values(), timelines.batches.values()
+    used = utilization(jobs, sessions, batches, window, bins)
     return Summary(
         selection=loaded.selection,
         intake=loaded.intake,
@@ -93,12 +107,14 @@ def _figures(loaded: Loaded, window: Window, bins: Bins) -> Summary:
         sessions=len(timelines.sessions),
         batch_jobs=len(timelines.batches),
         throughput=throughput(jobs, window, bins),
-        utilization=utilization(jobs, sessions, batches, window, bins),
+        utilization=used,
         stages=stage_table(jobs),
         pilot=pilot_overhead(jobs),
-        little=littles_law(jobs, window),
+        little=littles_law(jobs, window, steady),
         failures=failures_by_cause(jobs),
         backlog=backlog(jobs, window, bins),
+        headline=headline(jobs, used),
+        failures_by_app=failures_by_app(jobs),
     )
 
 

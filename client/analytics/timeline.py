@@ -71,6 +71,7 @@ class RunRecord:
     reported_by_pilot: bool = False
     return_code: int | None = None
     runtime_s: float | None = None
+    slots: tuple[str, ...] = ()  # "host:core" of each core the pilot placed it on, if recorded
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +85,8 @@ class FailureRecord:
     reason: str
     cause: tuple[str, ...]
     return_code: int | None
-    stderr_tail: str
+    stderr_tail: str  # the last line of the run's stderr tail
+    stderr_first: str = ""  # its first line: usually the error, before any traceback
 
 
 @dataclass(slots=True)
@@ -205,10 +207,13 @@ def _runs(timeline: JobTimeline, seq: int, event: Event, at: float) -> None:
         case "job.lease_released" | "job.lease_expired":
             timeline.pending_lease_at = None
         case "job.started":
-            session = data.session_id if isinstance(data, StartedData) else None
+            session: uuid.UUID | None = None
+            slots: tuple[str, ...] = ()
+            if isinstance(data, StartedData):
+                session, slots = data.session_id, _slots(data)
             timeline.runs.append(
                 RunRecord(timeline.attempt, session, at, seq, timeline.pending_lease_at,
-                          stamps_of(data))
+                          stamps_of(data), slots=slots)
             )  # fmt: skip
             timeline.pending_lease_at = None
         case "job.run_done" | "job.run_errored" | "job.run_timed_out":
@@ -217,6 +222,13 @@ def _runs(timeline: JobTimeline, seq: int, event: Event, at: float) -> None:
             _end_run(timeline, event, at, "done", data.run)
         case "job.killed":
             _end_run(timeline, event, at, "killed", None)
+
+
+def _slots(data: StartedData) -> tuple[str, ...]:
+    if not data.placement:
+        return ()
+    return tuple(f"{p.hostname}:{core}" if p.cores else p.hostname
+                 for p in data.placement for core in (p.cores or (0,)))  # fmt: skip
 
 
 def _end_run(
@@ -241,5 +253,5 @@ def _failure(seq: int, at: float, event: Event, attempt: int) -> FailureRecord:
     if isinstance(data, RunResultData):
         lines = data.stderr_tail.strip().splitlines()
         return FailureRecord(seq, at, event.type, attempt, "", data.cause, data.return_code,
-                             lines[-1] if lines else "")  # fmt: skip
+                             lines[-1] if lines else "", lines[0] if lines else "")  # fmt: skip
     return FailureRecord(seq, at, event.type, attempt, "", (), None, "")

@@ -174,9 +174,10 @@ def test_packing_knows_every_field_of_a_timeline() -> None:
     ]  # fmt: skip
     assert names[RunRecord] == [
         "attempt", "session_id", "started_at", "started_seq", "lease_event_at", "stamps",
-        "ended_at", "outcome", "reported_by_pilot", "return_code", "runtime_s",
+        "ended_at", "outcome", "reported_by_pilot", "return_code", "runtime_s", "slots",
     ]  # fmt: skip
     assert names[FailureRecord] == [
         "seq", "at", "type", "attempt", "reason", "cause", "return_code", "stderr_tail",
+        "stderr_first",
     ]  # fmt: skip
     assert StateEntry._fields == ("state", "at", "seq", "attempt")

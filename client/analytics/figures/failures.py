@@ -80,3 +80,55 @@ def _group(kind: str, chain: tuple[str, ...], g: _Group) -> FailureGroup:
     job, words = g.example
     codes = tuple(sorted(g.codes))
     return FailureGroup(kind, chain, g.events, len(g.jobs), len(g.failed), codes, job, words)
+
+
+@dataclass(frozen=True, slots=True)
+class AppFailure:
+    """Failures of one app with one exit code and one first line of stderr (or reason)."""
+
+    app: str
+    type: str
+    return_code: int | None  # None: the job failed without a run's exit (job.failed)
+    first_line: str  # stderr's first line; for job.failed, the reason and cause chain
+    events: int
+    jobs: int
+    jobs_failed: int  # of those jobs, how many are FAILED at the end
+    example_job: uuid.UUID
+
+    @property
+    def label(self) -> str:
+        code = f"exit {self.return_code}"
+        if self.return_code is None:
+            code = "job failed" if self.type == "job.failed" else self.type
+        return f"{self.app} · {code} · {self.first_line or '(stderr empty)'}"
+
+
+def first_line(failure: FailureRecord) -> str:
+    """What a reader recognises a failure by: stderr's first line, else its reason and causes."""
+    if failure.stderr_first or failure.stderr_tail:
+        return failure.stderr_first or failure.stderr_tail
+    return " ← ".join(mask(chain_of(failure)))
+
+
+def failures_by_app(jobs: Iterable[JobTimeline]) -> tuple[AppFailure, ...]:
+    """Groups by app, exit code and first line, most events first (then by those keys)."""
+    # Keyed by whether there is an exit code, then the code: None sorts, and -9 stays -9.
+    groups: dict[tuple[str, str, bool, int, str], _Group] = {}
+    for job in jobs:
+        for failure in job.failures:
+            code = failure.return_code
+            key = (job.app, failure.type, code is None, code or 0,
+                   _UUID.sub("<id>", first_line(failure)))  # fmt: skip
+            group = groups.setdefault(key, _Group())
+            group.events += 1
+            group.jobs.add(job.job_id)
+            if job.state is JobState.FAILED:
+                group.failed.add(job.job_id)
+            if group.example is None:
+                group.example = (job.job_id, "")
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1].events, kv[0]))
+    return tuple(
+        AppFailure(app, kind, None if no_code else code, line, g.events, len(g.jobs),
+                   len(g.failed), g.example[0] if g.example else uuid.UUID(int=0))
+        for (app, kind, no_code, code, line), g in ordered
+    )  # fmt: skip

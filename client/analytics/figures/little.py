@@ -13,6 +13,10 @@ run they differ by what the cut leaves out, which shrinks as the window grows. T
 is also cut into :data:`BATCHES` equal batches, the three terms measured in each, and the
 batch differences λ_b·W_b - L_b give a 95 % interval (batch means) around the overall
 difference: the law holds within the measurement when that interval contains 0.
+
+Since the whole-window figure of a run that starts and ends empty is an identity, each row
+also carries the law over a steady window (:mod:`.little_steady`), and says in words what
+its verdict rests on (:attr:`LittleRow.verdict`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from lodestream.client.analytics.figures.common import Unavailable
+from lodestream.client.analytics.figures.little_steady import SteadyLittle, steady_little
 from lodestream.client.analytics.stats import Interval, batch_means
 from lodestream.client.analytics.timeline import JobTimeline
 from lodestream.client.analytics.window import Window
@@ -41,6 +46,9 @@ class LittleRow:
     arrival_rate: float  # λ, jobs/s
     mean_sojourn: float | None  # W, s (None: none completed)
     difference: Interval | None  # of λ_b·W_b - L_b over the batches (None: too few)
+    batches: int = BATCHES  # batches in which a job arrived and finished
+    identity: bool = False  # every job arrived and left inside the window: λW = L exactly
+    steady: SteadyLittle | Unavailable | None = None  # the law over a steady window
 
     @property
     def lambda_w(self) -> float | None:
@@ -67,11 +75,25 @@ class LittleRow:
         """The law holds within the batch-means interval (None: no interval)."""
         return None if self.difference is None else self.difference.contains(0.0)
 
+    @property
+    def verdict(self) -> str:
+        """What the whole-window figure says, in words (never blank)."""
+        if self.identity:
+            return "identity over a run that starts and ends empty (see the steady window)"
+        if self.holds is None:
+            return (f"no verdict: only {self.batches} of {BATCHES} batches had a job arrive "
+                    "and finish (bursty arrivals)")  # fmt: skip
+        return "holds" if self.holds else "does not hold"
+
 
 Stay = tuple[float, float | None]  # arrival, departure (None: still in the system)
 
 
-def littles_law(jobs: Iterable[JobTimeline], window: Window) -> tuple[LittleRow, ...] | Unavailable:
+def littles_law(
+    jobs: Iterable[JobTimeline], window: Window, steady: tuple[float, float] | None = None
+) -> tuple[LittleRow, ...] | Unavailable:
+    """Per site; ``steady`` is the steady window in seconds from the window's start (default:
+    the middle half of each site's run)."""
     if window.span <= 0:
         return Unavailable("the window has no length: Little's law needs time to pass")
     stays: dict[str, list[Stay]] = defaultdict(list)
@@ -80,10 +102,13 @@ def littles_law(jobs: Iterable[JobTimeline], window: Window) -> tuple[LittleRow,
             stays[job.site].append((job.created_at, job.final_at))
     if not stays:
         return Unavailable("no job was created in the window")
-    return tuple(_row(site, stays[site], window) for site in sorted(stays))
+    chosen = None if steady is None else (window.start + steady[0], window.start + steady[1])
+    return tuple(_row(site, stays[site], window, chosen) for site in sorted(stays))
 
 
-def _row(site: str, stays: list[Stay], window: Window) -> LittleRow:
+def _row(
+    site: str, stays: list[Stay], window: Window, chosen: tuple[float, float] | None = None
+) -> LittleRow:
     in_system, rate, sojourn, completed = _terms(stays, window.start, window.end)
     step = window.span / BATCHES
     lows = [window.start + b * step for b in range(BATCHES)]
@@ -105,8 +130,10 @@ def _row(site: str, stays: list[Stay], window: Window) -> LittleRow:
         w_b = _mean_sojourn(arrived)
         if w_b is not None:
             differences.append(len(arrived) / (high - low) * w_b - l_b)
+    identity = all(d is not None and d <= window.end for _, d in stays)
     return LittleRow(site, len(stays), completed, in_system, rate, sojourn,
-                     batch_means(differences))  # fmt: skip
+                     batch_means(differences), len(differences), identity,
+                     steady_little(stays, window.end, chosen))  # fmt: skip
 
 
 def _overlaps(stays: list[Stay], lows: list[float], highs: list[float]) -> list[list[float]]:

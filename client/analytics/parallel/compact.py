@@ -93,11 +93,21 @@ def _job(job: JobTimeline) -> tuple[Any, ...]:
     runs = [
         (r.attempt, None if r.session_id is None else r.session_id.int, r.started_at,
          r.started_seq, r.lease_event_at, tuple(r.stamps), r.ended_at, r.outcome,
-         r.reported_by_pilot, r.return_code, r.runtime_s)
+         r.reported_by_pilot, r.return_code, r.runtime_s, r.slots)
         for r in job.runs
     ]  # fmt: skip
     failures = [
-        (f.seq, f.at, f.type, f.attempt, f.reason, f.cause, f.return_code, f.stderr_tail)
+        (
+            f.seq,
+            f.at,
+            f.type,
+            f.attempt,
+            f.reason,
+            f.cause,
+            f.return_code,
+            f.stderr_tail,
+            f.stderr_first,
+        )
         for f in job.failures
     ]
     return (job.job_id.int, job.site, job.app, job.tags, job.num_nodes, job.ranks,
@@ -108,7 +118,7 @@ def _job(job: JobTimeline) -> tuple[Any, ...]:
 
 def _run(packed: tuple[Any, ...], sessions: dict[int, uuid.UUID]) -> RunRecord:
     (attempt, session, started_at, started_seq, lease_event_at, stamps, ended_at, outcome,
-     reported, return_code, runtime_s) = packed  # fmt: skip
+     reported, return_code, runtime_s, slots) = packed  # fmt: skip
     session_id = None
     if session is not None:
         session_id = sessions.get(session)
@@ -116,4 +126,4 @@ def _run(packed: tuple[Any, ...], sessions: dict[int, uuid.UUID]) -> RunRecord:
             session_id = sessions[session] = uuid.UUID(int=session)
     return RunRecord(attempt, session_id, started_at, started_seq, lease_event_at,
                      tuple.__new__(PilotStamps, stamps), ended_at, outcome, reported,
-                     return_code, runtime_s)  # fmt: skip
+                     return_code, runtime_s, slots)  # fmt: skip
