@@ -31,6 +31,7 @@ from lodestream.client.cli.filters import (
     tag_dict,
 )
 from lodestream.client.cli.job_results import wait_and_report
+from lodestream.client.cli.submitflags import launch_params, transfers, typed_parameters
 from lodestream.client.cli.transfers import transfers_table
 from lodestream.client.sdk import LodeClient
 from lodestream.schemas.ids import short_id
@@ -55,7 +56,22 @@ def job_submit(
     tag: list[str] = typer.Option([], "--tag", "-t", help="Tag key:value (repeatable)."),
     num_nodes: int = typer.Option(1, min=1),
     ranks_per_node: int = typer.Option(1, min=1),
+    threads_per_rank: int = typer.Option(1, min=1),
+    gpus_per_rank: int = typer.Option(0, min=0),
+    node_packing_count: int = typer.Option(1, min=1, help="How many such jobs may share one node."),
     wall_time_min: int = typer.Option(0, min=0),
+    transfer: list[str] = typer.Option(
+        [],
+        "--transfer",
+        "-T",
+        help="Stage through an app slot: SLOT=LOCATION:PATH (repeatable).",
+    ),
+    launch_param: list[str] = typer.Option(
+        [],
+        "--launch-param",
+        "-L",
+        help="An app launcher option, as written: -L --cpu-bind=cores, -L --overlap.",
+    ),
     strategy: str | None = typer.Option(
         None, help=f"With --site auto: {', '.join(STRATEGIES)} (default {DEFAULT_STRATEGY})."
     ),
@@ -83,11 +99,15 @@ def job_submit(
         if not (site and app):
             raise typer.BadParameter("give --site and --app (and --workdir), or --file")
         workdir = workdir or new_workdir()
+        with api_client(state_dir) as client:
+            declared = _app_of(client, site, app)
         job: dict[str, Any] = {
             "site": site, "app": app, "workdir": workdir,
-            "parameters": parse_pairs(param, "--param"), "tags": tag_dict(tag),
-            "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
-            "wall_time_min": wall_time_min,
+            "parameters": typed_parameters(parse_pairs(param, "--param"), declared, app),
+            "tags": tag_dict(tag), "num_nodes": num_nodes, "ranks_per_node": ranks_per_node,
+            "threads_per_rank": threads_per_rank, "gpus_per_rank": gpus_per_rank,
+            "node_packing_count": node_packing_count, "wall_time_min": wall_time_min,
+            "transfers": transfers(transfer), "launch_params": launch_params(launch_param),
         }  # fmt: skip
         if strategy is not None:
             job["strategy"] = strategy
@@ -103,6 +123,12 @@ def job_submit(
             failed = wait_and_report(client, [str(job["id"]) for job in submitted])
         if failed:
             raise typer.Exit(1)
+
+
+def _app_of(client: LodeClient, site: str, app: str) -> dict[str, Any] | None:
+    """The app's ``GET /apps`` entry (at any of your sites for ``--site auto``), or None."""
+    listed = client.list_apps(None if site == "auto" else site)
+    return next((a for a in listed if a["name"] == app), None)
 
 
 def new_workdir() -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from lodestream.schemas.resources import App, AppParameter
+from lodestream.schemas.resources import App, AppParameter, AppTransferSlot
 from tests.fixtures.api import ApiHarness, served
 
 USER = "alice"
@@ -189,3 +189,37 @@ async def test_bad_filters_get_a_clear_message(cli: Cli) -> None:
         "job", "submit", "--site", "auto", "--app", "sim", "--workdir", "w", "--strategy",
         "fastest",
     )  # fmt: skip
+
+
+async def test_submit_flags_carry_types_transfers_packing_and_launch_options(cli: Cli) -> None:
+    """Issue 31: transfers, packing, GPUs and launch options needed a job file; issue 32:
+    `-p` values reach an app that declares types as those types."""
+    await cli.api.register_app(App(
+        site="polaris", name="typed", python=True,
+        parameters={"steps": AppParameter(type="int"), "shape": AppParameter(type="list"),
+                    "name": AppParameter(type="str"), "anything": AppParameter()},
+        transfers={"raw": AppTransferSlot(direction="in", local_path="in/raw")},
+    ))  # fmt: skip
+    common = ("job", "submit", "--site", "polaris", "--app", "typed", "-p", "steps=5",
+              "-p", "shape=[2, 3]", "-p", "name=007", "-p", "anything=007")  # fmt: skip
+    out = await cli.ok(*common, "--gpus-per-rank", "1", "--threads-per-rank", "2",
+                       "--node-packing-count", "4", "-L", "--cpu-bind=cores", "-L",
+                       "--overlap", "--workdir", "flags/1")  # fmt: skip
+    job_id = out.split()[0]
+    (job,) = [j for j in await cli.jobs("--app", "typed") if j["id"] == job_id]
+    # Declared types as declared; `any` is JSON where the text is JSON, text where not.
+    assert job["parameters"] == {"steps": 5, "shape": [2, 3], "name": "007", "anything": "007"}
+    resources = job["resources"]
+    assert (resources["gpus_per_rank"], resources["threads_per_rank"]) == (1, 2)
+    assert resources["node_packing_count"] == 4
+    assert resources["launch_params"] == {"--cpu-bind": "cores", "--overlap": ""}
+
+    # A transfer reaches the API as the job's slot: this site declared no location, so 422.
+    refused = await cli.run(*common, "-T", "raw=aps:/data/scan1.h5", "--workdir", "flags/2")
+    assert refused.returncode != 0
+    assert "aps" in refused.stderr
+    # What cannot be a job is a usage error here, before any request.
+    assert "SLOT=LOCATION:PATH" in await cli.usage_error(*common, "-T", "raw:/no/slot")
+    assert "declares steps as int" in await cli.usage_error(
+        "job", "submit", "--site", "polaris", "--app", "typed", "-p", "steps=five"
+    )
