@@ -142,6 +142,7 @@ class WarmPool:
         self._swap = asyncio.Lock()
         self._ready = asyncio.Event()
         self.broken: str | None = None
+        self._warm_apps: dict[type[ApplicationDefinition], bool] = {}
         self.forks = 0  # workers started in all: the first `size`, then replacements
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -172,12 +173,15 @@ class WarmPool:
 
     def runs(self, app: type[ApplicationDefinition] | None) -> bool:
         """Whether ``app``'s jobs run in a warm worker here (else in a fresh interpreter)."""
-        return (
-            self.broken is None
-            and app is not None
-            and app.isolation == "worker"
-            and os.path.realpath(app.spec.python_exe) == os.path.realpath(self._python)
-        )
+        if self.broken is not None or app is None:
+            return False
+        warm = self._warm_apps.get(app)
+        if warm is None:  # once per app class: resolving paths costs more than the job
+            warm = app.isolation == "worker" and os.path.realpath(
+                app.spec.python_exe
+            ) == os.path.realpath(self._python)
+            self._warm_apps[app] = warm
+        return warm
 
     # --- jobs -----------------------------------------------------------------------------
 
