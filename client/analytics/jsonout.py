@@ -12,6 +12,7 @@ from typing import Any
 from lodestream.client.analytics.figures.common import Unavailable
 from lodestream.client.analytics.figures.latency import StageTable
 from lodestream.client.analytics.figures.little import LittleRow
+from lodestream.client.analytics.figures.little_steady import SteadyLittle
 from lodestream.client.analytics.figures.pilot import PilotOverhead
 from lodestream.client.analytics.stats import Interval, Spread
 from lodestream.client.analytics.summary import Summary
@@ -74,6 +75,27 @@ def summary_json(summary: Summary) -> Json:
             }
             for g in summary.failures
         ],
+        "failures_by_app": [
+            {
+                "app": g.app,
+                "type": g.type,
+                "return_code": g.return_code,
+                "first_line": g.first_line,
+                "events": g.events,
+                "jobs": g.jobs,
+                "jobs_failed": g.jobs_failed,
+                "example_job": str(g.example_job),
+            }
+            for g in summary.failures_by_app
+        ],
+        "headline": {
+            "jobs": summary.headline.jobs,
+            "finished": summary.headline.finished,
+            "failed": summary.headline.failed,
+            "makespan_s": summary.headline.makespan_s,
+            "jobs_per_s": summary.headline.jobs_per_s,
+            "utilization": summary.headline.utilization,
+        },
         "backlog": {
             "bins": bins_json(summary.backlog.bins),
             "waiting": {site: list(row) for site, row in summary.backlog.waiting.items()},
@@ -163,6 +185,21 @@ def _little(little: tuple[LittleRow, ...] | Unavailable) -> Json | list[Json]:
             "difference_interval": interval_json(r.difference),
             "relative_interval": interval_json(r.relative_interval),
             "holds": r.holds,
+            "identity": r.identity,
+            "verdict": r.verdict,
+            "steady": _steady(r.steady),
         }
         for r in little
     ]
+
+
+def _steady(steady: SteadyLittle | Unavailable | None) -> Json | None:
+    if steady is None or isinstance(steady, Unavailable):
+        return None if steady is None else {"unavailable": steady.reason}
+    return {
+        "start": steady.start, "end": steady.end, "chosen": steady.chosen,
+        "arrivals": steady.arrivals, "departures": steady.departures,
+        "balanced": steady.balanced, "L": steady.mean_in_system,
+        "lambda_per_s": steady.arrival_rate, "W_s": steady.mean_sojourn,
+        "lambda_W": steady.lambda_w, "relative_gap": steady.relative_gap,
+    }  # fmt: skip

@@ -65,6 +65,11 @@ CONTROL = typer.Option(
     False, "--control-plane", help="Read EVENTS with the control plane's NATS settings."
 )
 BIN = typer.Option(None, "--bin", min=0.001, help="Width of the time bins in seconds.")
+STEADY = typer.Option(
+    None, "--window", metavar="START:END",
+    help="Little's law's steady window, in seconds from the window's start (default: the "
+    "middle half of the run).",
+)  # fmt: skip
 WORKERS = typer.Option(
     None, "--workers", min=1,
     help="With --control-plane: processes the replay is split across (at most one per "
@@ -145,11 +150,26 @@ def _load(
         access.credential, sites, selection, log_end=access.log_end)))  # fmt: skip
 
 
-def _summary(loaded: Loaded, bin_s: float | None) -> Summary:
+def _steady(window: str | None) -> tuple[float, float] | None:
+    if window is None:
+        return None
+    low, sep, high = window.partition(":")
+    try:
+        bounds = (float(low), float(high))
+    except ValueError:
+        bounds = (0.0, -1.0)
+    if not sep or not 0 <= bounds[0] < bounds[1]:
+        raise typer.BadParameter(f"expected START:END seconds, START < END, got {window!r}",
+                                 param_hint="--window")  # fmt: skip
+    return bounds
+
+
+def _summary(loaded: Loaded, bin_s: float | None, window: str | None = None) -> Summary:
     from lodestream.client.analytics import AnalyticsError, summarize  # noqa: PLC0415
 
+    steady = _steady(window)
     try:
-        return summarize(loaded, bin_s)
+        return summarize(loaded, bin_s, steady)
     except AnalyticsError as exc:
         print_error(exc)
         raise typer.Exit(1) from exc
@@ -170,6 +190,7 @@ def summary_command(
     from_file: Path | None = FROM_FILE,
     control_plane: bool = CONTROL,
     bin_s: float | None = BIN,
+    window: str | None = STEADY,
     workers: int | None = WORKERS,
     as_json: bool = typer.Option(False, "--json", help="Print the figures as one JSON object."),
     credential_file: Path | None = CREDENTIAL_OPTION,
@@ -180,13 +201,14 @@ def summary_command(
     """Throughput, utilization, stage latencies (Table 1), Little's law, failures, overheads."""
     _quiet()
     selection = _selection(site, app, tag, since, until)
+    _steady(window)  # refused before the log is read, not after
     try:
         loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
                        state_dir, workers)  # fmt: skip
     except LodeClientError as exc:
         print_error(exc)
         raise typer.Exit(1) from exc
-    summary = _summary(loaded, bin_s)
+    summary = _summary(loaded, bin_s, window)
     if as_json:
         from lodestream.client.analytics.jsonout import summary_json  # noqa: PLC0415
 
@@ -208,6 +230,7 @@ def report_command(
     from_file: Path | None = FROM_FILE,
     control_plane: bool = CONTROL,
     bin_s: float | None = BIN,
+    window: str | None = STEADY,
     workers: int | None = WORKERS,
     credential_file: Path | None = CREDENTIAL_OPTION,
     nats_url: str | None = NATS_URL_OPTION,
@@ -217,12 +240,13 @@ def report_command(
     """Write an HTML report with plots (needs the analytics extra: matplotlib)."""
     _quiet()
     selection = _selection(site, app, tag, since, until)
+    _steady(window)
     try:
         from lodestream.client.analytics.report import write_report  # noqa: PLC0415
 
         loaded = _load(selection, from_file, control_plane, (credential_file, nats_url, ca_file),
                        state_dir, workers)  # fmt: skip
-        summary = _summary(loaded, bin_s)
+        summary = _summary(loaded, bin_s, window)
         index = write_report(out, summary, loaded.timelines)
     except LodeClientError as exc:
         print_error(exc)

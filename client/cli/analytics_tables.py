@@ -29,7 +29,7 @@ THROUGHPUT_STATES: Final = (S.CREATED, S.RUNNING, S.RUN_ERROR, S.RUN_TIMEOUT, S.
 def print_summary(console: Console, summary: Summary) -> None:
     for table in (
         overview(summary), stages(summary), pilot(summary), little(summary),
-        throughput(summary), utilization(summary), failures(summary),
+        throughput(summary), utilization(summary), failures_by_app(summary), failures(summary),
     ):  # fmt: skip
         console.print(table)
     if summary.intake.listed:
@@ -72,10 +72,21 @@ def overview(summary: Summary) -> Table:
         ("jobs", f"{summary.jobs:,}: " + ", ".join(f"{k} {v:,}" for k, v in
                                                    summary.jobs_by_state.items())),
         ("pilot sessions / batch jobs", f"{summary.sessions:,} / {summary.batch_jobs:,}"),
+        *_headline(summary),
     ]  # fmt: skip
     for what, value in rows:
         table.add_row(what, value)
     return table
+
+
+def _headline(summary: Summary) -> list[tuple[str, str]]:
+    h = summary.headline
+    rate = h.jobs_per_s
+    return [
+        ("makespan", "-" if h.makespan_s is None else f"{_s(h.makespan_s)} s"),
+        ("jobs finished per second", "-" if rate is None else _s(rate)),
+        ("utilization", "-" if h.utilization is None else f"{h.utilization:.1%}"),
+    ]
 
 
 def _spread_cells(spread: Spread | None) -> list[str]:
@@ -113,18 +124,34 @@ def little(summary: Summary) -> Table:
     if isinstance(summary.little, Unavailable):
         return _unavailable(title, summary.little)
     table = Table(title=title)
-    for column in ("site", "jobs", "L (jobs)", "λ (jobs/s)", "W (s)", "λW", "(λW-L)/L",
-                   "95% interval", "holds"):  # fmt: skip
-        table.add_column(column, justify="left" if column == "site" else "right")
+    for column in ("site", "over", "jobs", "L (jobs)", "λ (jobs/s)", "W (s)", "λW",
+                   "(λW-L)/L", "95% interval", "verdict"):  # fmt: skip
+        table.add_column(column, justify="left" if column in ("site", "over", "verdict")
+                         else "right")  # fmt: skip
+    t0 = summary.window.start
     for r in summary.little:
         rel, ci = r.relative_difference, r.relative_interval
         table.add_row(
-            r.site, f"{r.jobs:,}", f"{r.mean_in_system:.3f}", f"{r.arrival_rate:.3f}",
-            "-" if r.mean_sojourn is None else _s(r.mean_sojourn),
+            r.site, "whole window", f"{r.jobs:,}", f"{r.mean_in_system:.3f}",
+            f"{r.arrival_rate:.3f}", "-" if r.mean_sojourn is None else _s(r.mean_sojourn),
             "-" if r.lambda_w is None else f"{r.lambda_w:.3f}",
             "-" if rel is None else f"{rel:+.2%}",
             "-" if ci is None else f"[{ci.low:+.2%}, {ci.high:+.2%}] ({ci.batches} batches)",
-            {True: "yes", False: "no", None: "-"}[r.holds],
+            r.verdict,
+        )  # fmt: skip
+        steady = r.steady
+        if steady is None or isinstance(steady, Unavailable):
+            why = "not computed" if steady is None else steady.reason
+            table.add_row(r.site, "steady window", *["-"] * 7, Text(why))
+            continue
+        gap = steady.relative_gap
+        table.add_row(
+            r.site, f"{steady.start - t0:.1f}-{steady.end - t0:.1f} s", f"{steady.arrivals:,}",
+            f"{steady.mean_in_system:.3f}", f"{steady.arrival_rate:.3f}",
+            _s(steady.mean_sojourn), f"{steady.lambda_w:.3f}",
+            "-" if gap is None else f"{gap:+.2%}", "-",
+            f"{steady.chosen}: {steady.arrivals} in, {steady.departures} out"
+            + ("" if steady.balanced else " (not balanced: not steady)"),
         )  # fmt: skip
     return table
 
@@ -187,6 +214,21 @@ def failures(summary: Summary) -> Table:
         table.add_row(g.type, Text(" ← ".join(g.chain) or "(no cause recorded)"), f"{g.events:,}",
                       f"{g.jobs:,}", f"{g.jobs_failed:,}", ", ".join(map(str, g.return_codes)),
                       Text(f"{g.example} (job {g.example_job})"))  # fmt: skip
+    return table
+
+
+def failures_by_app(summary: Summary) -> Table:
+    table = Table(title="failures by app, exit code and first stderr line")
+    for column in ("app", "exit code", "first stderr line (or reason)", "events", "jobs",
+                   "now FAILED"):  # fmt: skip
+        table.add_column(column, justify="right" if column in ("events", "jobs", "now FAILED")
+                         else "left")  # fmt: skip
+    if not summary.failures_by_app:
+        table.add_row("-", "", "no failure in the selection", "0", "0", "0")
+    for g in summary.failures_by_app:
+        code = "job failed" if g.return_code is None else str(g.return_code)
+        table.add_row(Text(g.app), code, Text(g.first_line or "(stderr empty)"),
+                      f"{g.events:,}", f"{g.jobs:,}", f"{g.jobs_failed:,}")  # fmt: skip
     return table
 
 

@@ -79,7 +79,7 @@ class LittleRow:
     def verdict(self) -> str:
         """What the whole-window figure says, in words (never blank)."""
         if self.identity:
-            return "identity over a run that starts and ends empty (see the steady window)"
+            return "identity over a run that starts and ends empty"
         if self.holds is None:
             return (f"no verdict: only {self.batches} of {BATCHES} batches had a job arrive "
                     "and finish (bursty arrivals)")  # fmt: skip
