@@ -14,6 +14,7 @@ With ``LODE_REPORT_RECORDING=path`` the export is also copied there: that is how
 from __future__ import annotations
 
 import asyncio
+import html
 import os
 import shutil
 import subprocess
@@ -149,7 +150,7 @@ def test_the_report_of_a_mixed_run_has_every_section_and_image(
             "--from-file", str(copy), "--out", str(out)]  # fmt: skip
     done = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
-    page = (out / "index.html").read_text()
+    page = html.unescape((out / "index.html").read_text())
     for section in SECTIONS:
         assert section in page, section
     for image in IMAGES:
