@@ -16,6 +16,7 @@ import os
 import resource
 import socket
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -63,8 +64,7 @@ def run_job(
         workdir.mkdir(parents=True, exist_ok=True)
         _redirect(job["stdout"], job["stderr"])
         os.chdir(workdir)
-        os.environ.clear()
-        os.environ.update(job["env"])
+        _use_env(job["env"], environ)
         params = workdir / PYRUN_PARAMS
         params.parent.mkdir(exist_ok=True)
         params.write_text(job["params_json"] + "\n", encoding="utf-8")
@@ -110,9 +110,20 @@ def _restore(home: str, environ: dict[str, str], saved: tuple[int, int]) -> None
     os.dup2(saved[0], 1)
     os.dup2(saved[1], 2)
     os.chdir(home)
-    if os.environ != environ:
-        os.environ.clear()
-        os.environ.update(environ)
+    _use_env(environ, os.environ.copy())
+
+
+def _use_env(target: dict[str, str], now: Mapping[str, str]) -> None:
+    """Make ``os.environ`` be ``target``, knowing it is ``now``: only what differs changes.
+
+    Clearing and refilling it cost most of a no-op job (every key is encoded, set and
+    unset, and ``clear`` restarts its iteration at each key).
+    """
+    for key in now.keys() - target.keys():
+        del os.environ[key]
+    for key, value in target.items():
+        if now.get(key) != value:
+            os.environ[key] = value
 
 
 def _ran_out(workdir: Path) -> bool:
