@@ -77,7 +77,10 @@ def test_output_is_deterministic_json(rendered: dict[str, str], exporter: Module
     assert render_all() == rendered
     for path, content in rendered.items():
         assert content.endswith("}\n"), path
-        assert content == json.dumps(json.loads(content), indent=2, sort_keys=True) + "\n", path
+        assert (
+            content
+            == json.dumps(json.loads(content), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
+        ), path
 
 
 def test_event_schema_requires_type_and_version(rendered: dict[str, str]) -> None:
