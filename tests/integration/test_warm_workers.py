@@ -29,6 +29,7 @@ from lodestream.platform_adapters.packing import Allocation
 APPS = """
 import os
 import sys
+import time
 
 from lodestream.agents.site.apps import ApplicationDefinition
 
