@@ -266,7 +266,7 @@ def test_a_job_is_handed_back_exactly_when_a_pair_of_the_filter_is_not_among_its
     back = handed_back(tags, wanted, deliveries=deliveries, jitter=jitter)
     assert (back is None) == (wanted.items() <= tags.items())
     if back is not None:
-        assert decide.HAND_BACK_FIRST_S / 2 < back.delay_s <= decide.HAND_BACK_MAX_S
+        assert decide.HAND_BACK_FIRST_S / 2 <= back.delay_s <= decide.HAND_BACK_MAX_S
 
 
 def test_the_hand_back_delay_doubles_with_the_deliveries_up_to_its_cap() -> None:
