@@ -23,7 +23,8 @@ def queue_ls(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON array."),
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """List your batch jobs, newest first: state, the scheduler's id and how each ended."""
+    """List your batch jobs, newest first: state, the scheduler's id, what a queued one waits
+    for (the scheduler's pending reason) and how each ended."""
     with api_client(state_dir) as client:
         batch_jobs = client.list_batch_jobs(site, state=state, limit=limit)
     if as_json:
@@ -47,13 +48,13 @@ def _scheduler_id(job: dict[str, Any]) -> str:
         "scheduler_id"]  # fmt: skip
 
 
-def _ended(job: dict[str, Any]) -> str:
-    """How it ended: the scheduler's state and exit code, or why it was never submitted."""
 def _waiting(job: dict[str, Any]) -> str:
     """Why the scheduler has not started it yet, in its words (Slurm's pending reason)."""
     return str(job.get("reason") or "") if job["state"] == "queued" else ""
 
 
+def _ended(job: dict[str, Any]) -> str:
+    """How it ended: the scheduler's state and exit code, or why it was never submitted."""
     words = [job.get("scheduler_state") or ""]
     if job.get("exit_code") is not None:
         words.append(f"exit {job['exit_code']}")

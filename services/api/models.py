@@ -420,11 +420,11 @@ class BatchJobAccepted(Wire):
 
 
 class BatchJobOut(BaseModel):
-    id: uuid.UUID
     """A batch job as the read model has it. ``reason`` is the scheduler's word on it: while
     queued, why it waits (Slurm's pending reason: ``Priority``, ``PartitionNodeLimit``, ...);
     once finished or refused, how it ended; after a deletion request, that request's."""
 
+    id: uuid.UUID
     site: str
     state: str
     scheduler: str | None
