@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from lodestream.agents.launcher import launcher as pilot_module
+from lodestream.agents.launcher import launcher as launcher_module
+from lodestream.agents.launcher.appends import append_or_keep
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
@@ -169,13 +170,12 @@ async def test_slots_run_the_next_jobs_while_the_log_takes_the_results(
     waits on the log for its next lease, never for its last result."""
     settings = warm_site(secure_nats, tmp_path)
     gate = asyncio.Event()
-    append = pilot_module.append_or_keep
 
-    async def held(*args: Any, **kwargs: Any) -> int | None:
+    async def held(*args: Any, **kwargs: Any) -> Any:
         await gate.wait()
-        return await append(*args, **kwargs)
+        return await append_or_keep(*args, **kwargs)
 
-    monkeypatch.setattr(pilot_module, "append_or_keep", held)
+    monkeypatch.setattr(launcher_module, "append_or_keep", held)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         jobs = [job_created(SITE, OWNER, app="pid", workdir=f"p/{i}", node_packing_count=2)
