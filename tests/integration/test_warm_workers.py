@@ -305,3 +305,18 @@ async def test_an_app_that_asks_for_a_process_is_not_run_warm(apps: Path, tmp_pa
     pool = WarmPool(apps, PythonWorkerSettings(), env={}, cwd=tmp_path, size=1)
     assert pool.runs(loaded["who"])
     assert not pool.runs(loaded["cold"])
+
+
+async def test_a_template_that_dies_is_replaced_at_the_next_job(
+    pool: WarmPool, tmp_path: Path
+) -> None:
+    first = await start(pool, tmp_path, "who")
+    assert first.wait(10) == 0
+    template = pool._template
+    assert template is not None
+    template.proc.kill()
+    template.proc.wait()
+    after = await start(pool, tmp_path, "who")
+    assert after.wait(10) == 0
+    assert after.pid != first.pid
+    assert pool._template is not template

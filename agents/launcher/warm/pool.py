@@ -278,28 +278,37 @@ class WarmPool:
             self._workers.remove(worker)
 
     def _close_if_done(self, template: Template) -> None:
-        if template.stale and not any(w.template is template for w in self._workers):
+        if template in self._old and not any(w.template is template for w in self._workers):
             self._old.remove(template)
             template.close()
 
     # --- apps -----------------------------------------------------------------------------
 
     async def _check_apps(self) -> None:
-        """A new template once the site's apps changed; the old one's busy workers finish."""
+        """A new template once the site's apps changed, or once the template is gone (killed
+        by hand, by the OOM killer); the old one's busy workers finish their jobs."""
         now = time.monotonic()
-        if self._template is None or now - self._checked_at < APPS_CHECK_S:
+        if self._template is None:
+            return
+        self._template.drain()  # exit notices, and whether it is still there
+        if not self._template.reader.closed and now - self._checked_at < APPS_CHECK_S:
             return
         async with self._swap:
-            if now - self._checked_at < APPS_CHECK_S:
+            gone = self._template.reader.closed
+            if not gone and now - self._checked_at < APPS_CHECK_S:
                 return
             self._checked_at = now
-            if fingerprint(self._apps_dir) == self._template.fingerprint:
+            if not gone and fingerprint(self._apps_dir) == self._template.fingerprint:
                 return
-            log.info("launcher: the site's apps changed; new warm workers import them")
+            why = "the worker template exited" if gone else "the site's apps changed"
+            log.info("launcher: %s; new warm workers import the apps", why)
             try:
                 fresh = await asyncio.to_thread(self._spawn_template)
-            except (TemplateFailed, OSError) as exc:  # a broken edit: keep what works
-                log.error("launcher: the changed apps do not import: %s", exc)  # noqa: TRY400
+            except (TemplateFailed, OSError) as exc:
+                if gone:  # nothing to fork from: function jobs start interpreters from now on
+                    self.broken = str(exc)
+                log.error("launcher: the apps do not import: %s", exc)  # noqa: TRY400
+                # A broken edit: keep what works until the apps change again.
                 self._template.fingerprint = fingerprint(self._apps_dir)
                 return
             old, self._template = self._template, fresh
