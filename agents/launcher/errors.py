@@ -3,7 +3,7 @@
 PilotRefused      a setting names what this machine lacks (no MPI launcher for mpi mode, its
                   executable not on PATH, no mpi4py for mpi4py workers, nodes it cannot
                   discover): ``lode launcher`` stops with the reason before connecting
-TagFilterError    a ``--tag key=value`` of the pilot's filter is malformed, or breaks the rules
+TagFilterError    a ``--tag key:value`` of the pilot's filter is malformed, or breaks the rules
                   of job tags: ``lode launcher`` stops with the reason before connecting
 ProtocolError     a message between the ranks of an mpi4py pilot is not one of ours
 ExpiredBeforeOpened  the controller expired the pilot's session before its ``session.opened``

@@ -23,7 +23,7 @@ Every delivery is checked with the shared rule before the pilot acts on it
 (:func:`lodestream.agents.launcher.work.work_item`); what fails it is terminated, logged
 and counted, and the pilot keys what it holds by (site, job id).
 
-A pilot with a tag filter (``--tag key=value``, :mod:`~lodestream.agents.launcher.tags`)
+A pilot with a tag filter (``--tag key:value``, :mod:`~lodestream.agents.launcher.tags`)
 hands every job outside it back to the consumer, unleased, for a pilot whose filter it
 matches (:func:`~lodestream.agents.launcher.decide.outside_filter`), and counts it.
 """

@@ -91,7 +91,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--batch-job-id", type=uuid.UUID, default=None,
                         help="The batch job this pilot runs in.")  # fmt: skip
     parser.add_argument("--tag", action="append", default=[], dest="tags",
-                        help="key=value: run only jobs with this tag (repeatable).")  # fmt: skip
+                        help="key:value: run only jobs with this tag (repeatable).")  # fmt: skip
     args = parser.parse_args(argv)
     try:  # lode launcher checked them already; a hand-made command line gets the same rule
         args.filter_tags = parse_tag_filter(args.tags)

@@ -1,4 +1,4 @@
-"""A pilot's tag filter: ``lode launcher --tag key=value`` (repeatable), as Balsam's ``--tag``.
+"""A pilot's tag filter: ``lode launcher --tag key:value`` (repeatable), as Balsam's ``--tag``.
 
 A pilot with a filter runs only jobs whose tags include every one of its pairs; the others it
 hands back for another pilot to take (:func:`lodestream.agents.launcher.decide.outside_filter`).
@@ -27,16 +27,20 @@ _VALUE: Final[TypeAdapter[str]] = TypeAdapter(TagValue)
 
 
 def parse_tag_filter(pairs: Iterable[str]) -> dict[str, str]:
-    """``["key=value", ...]`` as the filter; :class:`TagFilterError` naming a bad pair.
+    """``["key:value", ...]`` as the filter; :class:`TagFilterError` naming a bad pair.
 
-    The value is everything after the first ``=`` (it may hold ``=`` itself). A key given
-    twice is refused: no job carries two values of one tag, so the filter would match none.
+    ``key:value`` is the one tag syntax of every surface; the value is everything after the
+    first ``:`` (it may hold ``:`` itself). ``key=value`` is refused with its right spelling.
+    A key given twice is refused: no job carries two values of one tag, so the filter would
+    match none.
     """
     wanted: dict[str, str] = {}
     for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise TagFilterError(f"{TAG_OPTION} must look like key=value, got {pair!r}")
+        key, sep, value = pair.partition(":")
+        if not sep or not key or "=" in key:
+            eq_key, eq, eq_value = pair.partition("=")
+            hint = f"; write {TAG_OPTION} {eq_key}:{eq_value}" if eq and eq_key else ""
+            raise TagFilterError(f"{TAG_OPTION} must look like key:value, got {pair!r}{hint}")
         try:
             _KEY.validate_python(key)
         except ValidationError:
@@ -48,12 +52,12 @@ def parse_tag_filter(pairs: Iterable[str]) -> dict[str, str]:
             _VALUE.validate_python(value)
         except ValidationError:
             raise TagFilterError(
-                f"{TAG_OPTION} {key}=...: a tag value is at most {TAG_VALUE_MAX_LENGTH} "
+                f"{TAG_OPTION} {key}:...: a tag value is at most {TAG_VALUE_MAX_LENGTH} "
                 "characters, none of them NUL"
             ) from None
         if key in wanted:
             raise TagFilterError(
-                f"{TAG_OPTION} {key} is given twice ({key}={wanted[key]}, {pair}): "
+                f"{TAG_OPTION} {key} is given twice ({key}:{wanted[key]}, {pair}): "
                 "no job carries two values of one tag"
             )
         wanted[key] = value

@@ -15,7 +15,7 @@ import typer
 from rich.table import Table
 
 from lodestream.client.cli.common import STATE_DIR_OPTION, api_client, console, print_error
-from lodestream.client.cli.filters import parse_since
+from lodestream.client.cli.filters import parse_since, parse_tag
 from lodestream.schemas.strategies import STRATEGIES
 
 # The model is imported when the command runs: every `lode` command imports this module
@@ -44,7 +44,7 @@ def simulate(
     ),
     app_names: list[str] = typer.Option([], "--app", help="Only jobs of this app (repeatable)."),
     tag: list[str] = typer.Option(
-        [], "--tag", "-t", help="Only jobs with tag key=value (repeatable)."
+        [], "--tag", "-t", help="Only jobs with tag key:value (repeatable)."
     ),
     pilots_times: int | None = typer.Option(
         None, "--pilots-times", help="Each site's recorded pilots, this many times over."
@@ -100,7 +100,7 @@ def simulate(
 
     moment = parse_since(since) if since else None
     end = parse_since(until) if until else None
-    tags = dict(t.replace(":", "=", 1).split("=", 1) for t in tag if "=" in t or ":" in t)
+    tags = dict(parse_tag(t) for t in tag)
     elastic = {k: v for k, v in (("max_nodes", elastic_max_nodes), ("min_nodes", elastic_min_nodes),
                ("max_queued_jobs", elastic_max_queued)) if v is not None}  # fmt: skip
     refusals = Refusals()

@@ -301,7 +301,7 @@ def launcher(
     tag: list[str] = typer.Option(
         [],
         "--tag",
-        help="key=value: run only jobs with this tag (repeatable: all of them); others are "
+        help="key:value: run only jobs with this tag (repeatable: all of them); others are "
         "left to other pilots.",
     ),
 ) -> None:

@@ -70,9 +70,10 @@ def test_an_unknown_mode_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("tags", "message"),
     [
-        (["beam"], "--tag must look like key=value, got 'beam'"),
-        (["be am=A"], "a tag key is 1 to 64 letters, digits or _.:-"),
-        (["beam=A", "beam=B"], "--tag beam is given twice"),
+        (["beam"], "--tag must look like key:value, got 'beam'"),
+        (["beam=A"], "write --tag beam:A"),
+        (["be am:A"], "a tag key is 1 to 64 letters, digits or _.:-"),
+        (["beam:A", "beam:B"], "--tag beam is given twice"),
     ],
 )
 def test_a_tag_filter_no_job_could_match_is_refused_before_connecting(

@@ -1,4 +1,4 @@
-"""Pilots with a tag filter (``lode launcher --tag key=value``), as Balsam's launcher ``--tag``.
+"""Pilots with a tag filter (``lode launcher --tag key:value``), as Balsam's launcher ``--tag``.
 
 Each job runs once, on a pilot whose filter its tags match; a pilot hands every other job back
 unleased (and counts it), and jobs of other tags queued ahead of a pilot's own never hold its

@@ -199,4 +199,4 @@ async def test_pilots_asked_for_with_filter_tags_run_only_the_jobs_carrying_them
         dict.fromkeys(beam_a, pilot_a) | dict.fromkeys(beam_b, pilot_b)
     )
     script = (site.directory / "batch" / f"pilot-{pilot_a}.sh").read_text()
-    assert "--tag beam=A" in script
+    assert "--tag beam:A" in script

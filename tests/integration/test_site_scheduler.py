@@ -153,7 +153,7 @@ async def test_a_requests_tag_filter_reaches_its_pilot_or_the_request_is_refused
         await until_batch(database_url, unfiltered, "submitted", "queued", "running")
         assert module.stats.submit_failed == 1
     first, last = fake.submitted
-    assert "--tag beam=A --tag 'run=7 b'" in first.script_path.read_text()
+    assert "--tag beam:A --tag 'run:7 b'" in first.script_path.read_text()
     assert "--tag" not in last.script_path.read_text()
     assert refused["reason"].startswith(
         f"{site.directory / 'job-template.sh'} has no {{{{ tag_options }}}}, so its pilot "

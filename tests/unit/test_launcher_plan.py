@@ -154,7 +154,7 @@ def test_the_ranks_get_the_pilots_tag_filter(tmp_path: Path, bin_dir: Path) -> N
                           wall_time_min=30, log_name="x", python="/py",
                           filter_tags={"beam": "A", "run": "7 b"})  # fmt: skip
     rank = shlex.split(argv[-1])
-    assert rank[rank.index("--log-name") + 2 :] == ["--tag", "beam=A", "--tag", "run=7 b"]
+    assert rank[rank.index("--log-name") + 2 :] == ["--tag", "beam:A", "--tag", "run:7 b"]
 
 
 def test_under_slurm_each_rank_is_a_task_holding_its_whole_node(

@@ -94,7 +94,7 @@ def test_the_default_template_passes_the_requests_tag_filter_to_the_pilot() -> N
     template = read_template(DEFAULT_TEMPLATE)
     check_passes_filter(template, request)
     assert launcher_line(render(template, values(request=request)))[-4:] == [
-        "--tag", "beam=A", "--tag", "run=7 b",
+        "--tag", "beam:A", "--tag", "run:7 b",
     ]  # fmt: skip
 
 
@@ -105,8 +105,8 @@ def test_tag_values_are_quoted_so_a_tag_cannot_run_code(tmp_path: Path) -> None:
     done = subprocess.run(["bash", "-c", body], capture_output=True, text=True, check=True,
                           cwd=tmp_path)  # fmt: skip
     assert done.stdout.split("\0")[:-1] == [
-        "--tag", "beam=A; touch pwned", "--tag", "run=$(touch pwned2)`touch pwned3`",
-        "--tag", "q='\"\n",
+        "--tag", "beam:A; touch pwned", "--tag", "run:$(touch pwned2)`touch pwned3`",
+        "--tag", "q:'\"\n",
     ]  # fmt: skip
     assert not list(tmp_path.glob("pwned*"))
 

@@ -71,5 +71,5 @@ def test_every_value_reaches_its_command_as_one_word(
         "q", queue, "p", project, "s", site, "cd", where,
         "-m", LODE_MODULE, "launcher", "--site", where, "--mode", "serial",
         "--wall-time-min", "7", "--batch-job-id", str(batch_id),
-        *(word for key, value in tags.items() for word in ("--tag", f"{key}={value}")),
+        *(word for key, value in tags.items() for word in ("--tag", f"{key}:{value}")),
     ]  # fmt: skip

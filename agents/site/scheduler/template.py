@@ -67,7 +67,7 @@ def pilot_values(
     }
     values = {name: shlex.quote(value) for name, value in raw.items()}
     values["lode"] = shlex.join([python, "-m", LODE_MODULE])
-    # Words, each quoted: `--tag beam=A --tag 'run=7 b'`; nothing when the request has none.
+    # Words, each quoted: `--tag beam:A --tag 'run:7 b'`; nothing when the request has none.
     values[TAG_OPTIONS] = shlex.join(tag_options(request.filter_tags))
     return values
 
