@@ -87,7 +87,9 @@ async def test_apps_of_the_callers_sites(api: ApiHarness) -> None:
     theta = (await api.client.get("/apps", params={"site": "theta"}, headers=alice)).json()
 
     assert [(a["site"], a["name"]) for a in every] == [("polaris", "fit"), ("theta", "sim")]
-    assert theta[0]["parameters"] == {"steps": {"required": True, "default": None, "help": ""}}
+    assert theta[0]["parameters"] == {
+        "steps": {"required": True, "default": None, "help": "", "type": None}
+    }
     assert theta[0]["description"] == "MD"
 
 

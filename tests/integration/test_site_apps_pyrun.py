@@ -54,6 +54,13 @@ class Quits(ApplicationDefinition):
 
 class Shell(ApplicationDefinition):
     command_template = "true {{ x }}"
+
+
+class Typed(ApplicationDefinition):
+    parameters = {"steps": {"type": "int"}}
+
+    def run(self, steps: int) -> int:
+        return steps + 1
 """
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "agents" / "site" / "apps" / "examples"
@@ -139,7 +146,8 @@ def test_system_exit_in_run_is_reported(apps: Path, workdir: Path) -> None:
         ("Shell", {"x": "1"}, "UnknownApp: app 'Shell' is a shell command app"),
         ("Stats", {}, "ParameterError: app 'Stats' needs parameter 'n'"),
         ("Stats", {"n": "1", "m": "2"}, "ParameterError: app 'Stats' has no parameter 'm'"),
-        ("Stats", {"n": 1}, "ParameterError: app 'Stats': parameter 'n' must be a string, not int"),
+        # Parameters are JSON values; a declared type is checked again at the site.
+        ("Typed", {"steps": "5"}, "ParameterError: app 'Typed': parameter 'steps' must be an int"),
         ("Stats", ["n"], "ParameterError: params.json must hold a JSON object"),
     ],
 )
