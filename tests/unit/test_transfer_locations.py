@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -233,11 +234,16 @@ def test_a_control_socket_too_long_for_the_site_directory_goes_to_a_private_tmp_
     tmp_path: Path,
 ) -> None:
     location = RsyncLocation.parse("rsync://u@h:22/x")
-    short = control_socket(tmp_path, location)
-    assert short.parent == tmp_path
+    # pytest's tmp_path is itself long under xdist (…/popen-gw1/test_a_control_socket…0).
+    near = Path(tempfile.mkdtemp(prefix="s", dir="/tmp"))
+    try:
+        short = control_socket(near, location)
+        assert short.parent == near
+        assert control_socket(near, RsyncLocation.parse("rsync://u@h:23/x")) != short
+    finally:
+        near.rmdir()
     deep = tmp_path / ("d" * 120)
     moved = control_socket(deep, location)
     assert len(os.fsencode(moved)) <= SOCKET_PATH_MAX
     assert moved.parent.stat().st_mode & 0o777 == 0o700
     assert control_socket(deep, location) == moved  # the same place on every start
-    assert control_socket(tmp_path, RsyncLocation.parse("rsync://u@h:23/x")) != short
