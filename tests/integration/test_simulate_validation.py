@@ -42,10 +42,8 @@ pytestmark = pytest.mark.alone
 # measured runs (+22 % at twice the slots, +57 % for the mixed workload on two pilots) while
 # the replays hold (0.0 %): probably the model keeps a per-job pilot overhead the pilot now
 # overlaps (slots are freed before the result is appended). Issue 35 stays open for it.
-MODEL_OVERSHOOTS = pytest.mark.xfail(
-    reason="the what-if model overshoots since pilots overlap their appends (issue 35 open)",
-    strict=False,
-)
+_OVERSHOOTS = "the what-if model overshoots since pilots overlap their appends (issue 35)"
+MODEL_OVERSHOOTS = pytest.mark.xfail(reason=_OVERSHOOTS, strict=False)
 
 JOBS = 60
 TOLERANCE = 0.15
