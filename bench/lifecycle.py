@@ -72,16 +72,21 @@ class LifecycleBench:
 
     # --- setup ------------------------------------------------------------------------------
 
+    apps: str = APPS  # the site's apps/bench.py
+
+    def launcher_settings(self) -> dict[str, Any]:
+        """The site's ``launcher`` settings; a bench of another pilot shape overrides it."""
+        return {"idle_ttl_s": 3600, "heartbeat_ttl_s": HEARTBEAT_TTL_S,
+                "virtual_nodes": 1, "cores_per_node": 64, "max_fetch": 512}  # fmt: skip
+
     def start(self) -> StackInfo:
         info = self.stack.start("bench")
         site_dir = self.root / "site"
         public_key = init_site_dir(
             site_dir, SITE, nats_url=info.websocket_url, ca_file=info.ca_file,
-            api_url=info.api_url, examples=False,
-            launcher={"idle_ttl_s": 3600, "heartbeat_ttl_s": HEARTBEAT_TTL_S,
-                      "virtual_nodes": 1, "cores_per_node": 64, "max_fetch": 512},
+            api_url=info.api_url, examples=False, launcher=self.launcher_settings(),
         )  # fmt: skip
-        (site_dir / "apps" / "bench.py").write_text(APPS)
+        (site_dir / "apps" / "bench.py").write_text(self.apps)
         with self.http(info) as http:
             response = http.post("/sites", params={"wait": True},
                                  json={"name": SITE, "public_key": public_key})  # fmt: skip

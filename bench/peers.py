@@ -27,11 +27,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench.lifecycle import HEARTBEAT_TTL_S, LifecycleBench, quantiles
+from bench.lifecycle import HEARTBEAT_TTL_S, SITE, LifecycleBench, quantiles
 from bench.probe import CpuMeter
-from lodestream.agents.site.directory import init_site_dir
 
-SITE = "lifebench"
 APPS = """
 from lodestream.agents.site.apps import ApplicationDefinition
 
@@ -77,6 +75,8 @@ finally:
 class PeerBench(LifecycleBench):
     """The lifecycle bench's stack, with a site of default settings but ``slots`` cores."""
 
+    apps = APPS
+
     def __init__(self, root: Path, slots: int, profile: Path | None = None) -> None:
         super().__init__(root)
         self.slots = slots
@@ -100,32 +100,9 @@ class PeerBench(LifecycleBench):
             time.sleep(0.05)
         return pilot
 
-    def start(self) -> Any:
-        info = self.stack.start("bench")
-        site_dir = self.root / "site"
-        public_key = init_site_dir(
-            site_dir, SITE, nats_url=info.websocket_url, ca_file=info.ca_file,
-            api_url=info.api_url, examples=False,
-            launcher={"idle_ttl_s": 3600, "heartbeat_ttl_s": HEARTBEAT_TTL_S,
-                      "cores_per_node": self.slots},
-        )  # fmt: skip
-        (site_dir / "apps" / "bench.py").write_text(APPS)
-        with self.http(info) as http:
-            response = http.post("/sites", params={"wait": True},
-                                 json={"name": SITE, "public_key": public_key})  # fmt: skip
-            response.raise_for_status()
-        self.stack.supervise_once()
-        from lodestream.services.embedded.process import ServiceProcess  # noqa: PLC0415
-
-        cli = [sys.executable, "-m", "lodestream.client.cli.main"]
-        agent = ServiceProcess("site-agent", [*cli, "site", "start", str(site_dir)], {},
-                               self.root / "agent.log")  # fmt: skip
-        agent.start()
-        self.stack.services.append(agent)
-        self.site_dir = site_dir
-        self.info = info
-        self._wait_for_apps()
-        return info
+    def launcher_settings(self) -> dict[str, Any]:
+        return {"idle_ttl_s": 3600, "heartbeat_ttl_s": HEARTBEAT_TTL_S,
+                "cores_per_node": self.slots}  # fmt: skip
 
     def _jobs(self, n: int, tag: str, app: str = "noop", **extra: Any) -> list[dict[str, Any]]:
         # One slot (core) per job: as many at once as the pilot has slots.
