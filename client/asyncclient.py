@@ -28,7 +28,7 @@ from typing import Any, Concatenate, Final, Generic, ParamSpec, Self, TypeVar, o
 
 import httpx
 
-from lodestream.client.config import ClientConfig, resolve
+from lodestream.client.config import ClientConfig, http_options, resolve
 from lodestream.client.errors import Unreachable
 from lodestream.client.sdk import LodeClient, _api_error
 from lodestream.client.typed import Job
@@ -118,11 +118,7 @@ class AsyncLodeClient:
 
     def __init__(self, config: ClientConfig, *, timeout_s: float = 60.0) -> None:
         self.config = config
-        self._http = httpx.AsyncClient(
-            base_url=config.api_url,
-            headers={"Authorization": f"Bearer {config.token}"},
-            timeout=timeout_s,
-        )
+        self._http = httpx.AsyncClient(**http_options(config, timeout_s))
 
     @classmethod
     def from_config(

@@ -19,6 +19,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lodestream.client.errors import NotConfigured
 
@@ -76,3 +77,12 @@ def save_user_config(config: ClientConfig) -> Path:
     with os.fdopen(fd, "w") as handle:
         json.dump({"api_url": config.api_url, "token": config.token}, handle, indent=2)
     return USER_CONFIG
+
+
+def http_options(config: ClientConfig, timeout_s: float) -> dict[str, Any]:
+    """What the sync and the async client give httpx: the API's URL, the token, a timeout."""
+    return {
+        "base_url": config.api_url,
+        "headers": {"Authorization": f"Bearer {config.token}"},
+        "timeout": timeout_s,
+    }

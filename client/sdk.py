@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final, Self
 
 import httpx
 
-from lodestream.client.config import ClientConfig, resolve
+from lodestream.client.config import ClientConfig, http_options, resolve
 from lodestream.client.errors import ApiError, JobIdUnresolved, Unreachable
 from lodestream.client.pushed import PushUnavailable, pushed_sequences
 from lodestream.client.typed import TypedReads
@@ -38,11 +38,7 @@ class LodeClient(TypedReads):
 
     def __init__(self, config: ClientConfig, *, timeout_s: float = 60.0) -> None:
         self.config = config
-        self._http = httpx.Client(
-            base_url=config.api_url,
-            headers={"Authorization": f"Bearer {config.token}"},
-            timeout=timeout_s,
-        )
+        self._http = httpx.Client(**http_options(config, timeout_s))
 
     @classmethod
     def from_config(
