@@ -1,17 +1,17 @@
 """The Globus backend against globus-sdk's own HTTP fixtures (``globus_sdk.testing``).
 
-Every Globus answer is a registered response of the ``responses`` library, which refuses any
-request nobody registered: these tests never reach the network.
+Every Globus answer starts from one globus-sdk recorded (tests/support/globus_answers.py)
+and is registered with the ``responses`` library, which refuses any request nobody
+registered: these tests never reach the network.
 """
 
 from __future__ import annotations
 
-import copy
 import json
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 import responses
@@ -39,6 +39,7 @@ from lodestream.platform_adapters.transfers.globus import (
     submission_id,
 )
 from lodestream.schemas.resources import Overwrite
+from tests.support.globus_answers import sdk_answer, sdk_task_doc
 
 SITE = "0d4a7c5e-1b2f-4c3d-8e9f-a0b1c2d3e4f5"  # the site's own collection
 REMOTE = "6c54cade-bde5-45c1-bdea-f4bd71dba2cc"  # the location's collection
@@ -76,54 +77,37 @@ CONFIG = TransferItem("item-b", "/run1/config.yml", "/scratch/site/data/job1/con
 TREE = TransferItem("item-c", "/run1/tables", "/scratch/site/data/job1/tables", recursive=True)
 
 
-def accepted(task_id: str = TASK, code: str = "Accepted", status: int = 202) -> None:
-    if (task_id, code, status) == (TASK, "Accepted", 202):
-        load_response(TransferClient.submit_transfer)  # the SDK's own answer, where it has one
-        return
-    RegisteredResponse(
-        service="transfer",
-        method="POST",
-        path="/v0.10/transfer",
-        status=status,
-        json={
-            "DATA_TYPE": "transfer_result",
-            "code": code,
-            "message": "The transfer has been accepted and a task has been created and queued",
-            "request_id": "ABCdef789",
-            "resource": "/transfer",
-            "submission_id": "ignored-by-the-backend",
-            "task_id": task_id,
-        },
-    ).add()
+def accepted() -> None:
+    load_response(TransferClient.submit_transfer)  # the SDK's own "Accepted" answer
 
 
-def refused(status: int, body: dict[str, Any], path: str = "/v0.10/transfer") -> None:
-    RegisteredResponse(service="transfer", method="POST", path=path, status=status, json=body).add()
+def refused(
+    status: int, code: str, message: str, path: str = "/v0.10/transfer", **extra: Any
+) -> None:
+    """A Globus error answer: the SDK's recorded refusal of a transfer, with this code.
 
-
-def task_doc(status: str, **fields: Any) -> dict[str, Any]:
-    """A task document: the SDK's own fixture for one task, with this test's fields."""
-    listing = get_response_set(TransferClient.task_list).lookup("default")
-    assert isinstance(listing, RegisteredResponse)
-    assert isinstance(listing.json, dict)
-    doc: dict[str, Any] = copy.deepcopy(listing.json["DATA"][0])
-    doc.update(DATA_TYPE="task", task_id=TASK, status=status, **fields)
-    return doc
+    ``POST`` to submit, ``GET`` for a task: the backend asks nothing else that can fail.
+    """
+    http_method: Literal["GET", "POST"] = "POST" if path == "/v0.10/transfer" else "GET"
+    sdk_answer(TransferClient.submit_transfer, "failure", path=path, http_method=http_method,
+               status=status, code=code, message=message, resource=path, **extra)  # fmt: skip
 
 
 def task_is(status: str, **fields: Any) -> None:
     RegisteredResponse(
-        service="transfer", path=f"/v0.10/task/{TASK}", json=task_doc(status, **fields)
+        service="transfer", path=f"/v0.10/task/{TASK}", json=sdk_task_doc(TASK, status, **fields)
     ).add()
 
 
 def paths(kind: str, *entries: dict[str, Any]) -> None:
-    """One page of ``successful_transfers`` or ``skipped_errors``."""
-    RegisteredResponse(
-        service="transfer",
-        path=f"/v0.10/task/{TASK}/{kind}",
-        json={"DATA_TYPE": kind, "marker": 0, "next_marker": None, "DATA": list(entries)},
-    ).add()
+    """The last page of ``successful_transfers`` or ``skipped_errors``.
+
+    Its envelope is the SDK's recorded page of successful transfers (the SDK records none
+    of skipped errors, which Globus pages the same way).
+    """
+    page = TransferClient.endpoint_manager_task_successful_transfers
+    sdk_answer(page, path=f"/v0.10/task/{TASK}/{kind}", DATA_TYPE=kind, next_marker=None,
+               DATA=list(entries))  # fmt: skip
 
 
 def sent() -> dict[str, Any]:
@@ -176,7 +160,7 @@ def test_a_retried_submit_is_answered_duplicate_with_the_first_task(
     backend: GlobusBackend,
 ) -> None:
     accepted()
-    accepted(code="Duplicate", status=200)
+    sdk_answer(TransferClient.submit_transfer, status=200, code="Duplicate")
     first = backend.submit(batch(INPUT, key="b-7"))
     first_id = sent()["submission_id"]
     again = backend.submit(batch(INPUT, key="b-7"))
@@ -312,22 +296,11 @@ def test_consent_required_names_the_collection_and_the_login_command(
         "urn:globus:auth:scope:transfer.api.globus.org:all"
         f"[*https://auth.globus.org/scopes/{REMOTE}/data_access]"
     )
-    refused(
-        403,
-        {
-            "code": "ConsentRequired",
-            "message": "Missing required data_access consent",
-            "request_id": "4hbjeSWHm",
-            "resource": "/transfer",
-            "required_scopes": [scope],
-            "authorization_parameters": {
-                "session_message": "Missing required data_access consent",
-                "session_required_identities": [],
-                "session_required_single_domain": [],
-                "required_scopes": [scope],
-            },
-        },
-    )
+    # The SDK records no ConsentRequired from Transfer; the extra keys follow its Timer
+    # fixture's (``get_job``, case ``inactive_gare``) authorization requirements.
+    why = "Missing required data_access consent"
+    needs = {"session_message": why, "required_scopes": [scope]}
+    refused(403, "ConsentRequired", why, required_scopes=[scope], authorization_parameters=needs)
     with pytest.raises(ConsentRequired) as caught:
         backend.submit(batch(INPUT))
     message = str(caught.value)
@@ -337,29 +310,13 @@ def test_consent_required_names_the_collection_and_the_login_command(
 
 
 def test_an_endpoint_needing_activation_asks_for_a_person(backend: GlobusBackend) -> None:
-    refused(
-        409,
-        {
-            "code": "ClientError.ActivationRequired",
-            "message": f"The endpoint '{REMOTE}' is not activated",
-            "request_id": "Zx3b",
-            "resource": "/transfer",
-        },
-    )
+    refused(409, "ClientError.ActivationRequired", f"The endpoint '{REMOTE}' is not activated")
     with pytest.raises(ConsentRequired, match=r"is not activated.*lode site globus-login"):
         backend.submit(batch(INPUT))
 
 
 def test_a_5xx_is_transient(backend: GlobusBackend) -> None:
-    refused(
-        503,
-        {
-            "code": "ServiceUnavailable",
-            "message": "Service is currently unavailable, please try again later",
-            "request_id": "q1",
-            "resource": "/transfer",
-        },
-    )
+    refused(503, "ServiceUnavailable", "Service is currently unavailable, please try again later")
     with pytest.raises(TransferUnavailable, match="503 ServiceUnavailable"):
         backend.submit(batch(INPUT))
 
@@ -371,26 +328,13 @@ def test_no_answer_at_all_is_transient(backend: GlobusBackend) -> None:
 
 
 def test_an_unknown_endpoint_refuses_the_batch(backend: GlobusBackend) -> None:
-    refused(
-        404,
-        {
-            "code": "EndpointNotFound",
-            "message": f"No such endpoint '{REMOTE}'",
-            "request_id": "n0",
-            "resource": "/transfer",
-        },
-    )
+    refused(404, "EndpointNotFound", f"No such endpoint '{REMOTE}'")
     with pytest.raises(TransferRefused, match="No such endpoint"):
         backend.submit(batch(INPUT))
 
 
 def test_an_answer_without_a_task_is_not_taken_for_one(backend: GlobusBackend) -> None:
-    RegisteredResponse(
-        service="transfer",
-        method="POST",
-        path="/v0.10/transfer",
-        json={"DATA_TYPE": "transfer_result", "code": "Accepted", "message": "queued"},
-    ).add()
+    sdk_answer(TransferClient.submit_transfer, drop=("task_id",))
     with pytest.raises(TransferUnavailable, match="no task"):
         backend.submit(batch(INPUT))
     assert not (backend.site_dir / "globus-tasks").exists()
@@ -528,12 +472,7 @@ def test_a_task_stuck_on_permission_denied_is_cancelled_and_fails_for_good(
         nice_status_short_description="Permission denied",
         nice_status_details="500 Command failed. : Path not allowed.",
     )
-    RegisteredResponse(
-        service="transfer",
-        method="POST",
-        path=f"/v0.10/task/{task_id}/cancel",
-        json={"DATA_TYPE": "result", "code": "Canceled", "message": "The task has been cancelled"},
-    ).add()
+    sdk_answer(TransferClient.cancel_task, path=f"/v0.10/task/{task_id}/cancel")
     status = backend.poll(task_id)
     assert not status.final
     assert "Permission denied" in status.detail
@@ -569,29 +508,15 @@ def test_an_inactive_task_waits_for_a_person(backend: GlobusBackend, tmp_path: P
 
 def test_expired_consent_while_polling_says_how_to_renew_it(backend: GlobusBackend) -> None:
     task_id = submitted(backend, INPUT)
-    RegisteredResponse(
-        service="transfer",
-        path=f"/v0.10/task/{task_id}",
-        status=401,
-        json={
-            "code": "AuthenticationFailed",
-            "message": "Token is not active",
-            "request_id": "t0",
-            "resource": f"/task/{task_id}",
-        },
-    ).add()
+    poll = f"/v0.10/task/{task_id}"
+    refused(401, "AuthenticationFailed", "Token is not active", path=poll)
     with pytest.raises(ConsentRequired, match=r"Token is not active.*lode site globus-login"):
         backend.poll(task_id)
 
 
 def test_a_5xx_while_polling_is_transient(backend: GlobusBackend) -> None:
     task_id = submitted(backend, INPUT)
-    RegisteredResponse(
-        service="transfer",
-        path=f"/v0.10/task/{task_id}",
-        status=502,
-        json={"code": "ExternalError", "message": "bad gateway", "request_id": "e"},
-    ).add()
+    refused(502, "ExternalError", "bad gateway", path=f"/v0.10/task/{task_id}")
     with pytest.raises(TransferUnavailable):
         backend.poll(task_id)
 
@@ -607,12 +532,7 @@ def test_task_ids_never_issued_here_are_unknown_without_asking_globus(
 
 def test_a_task_globus_has_forgotten_is_unknown(backend: GlobusBackend) -> None:
     task_id = submitted(backend, INPUT)
-    RegisteredResponse(
-        service="transfer",
-        path=f"/v0.10/task/{task_id}",
-        status=404,
-        json={"code": "TaskNotFound", "message": f"Task {task_id} not found", "request_id": "x"},
-    ).add()
+    refused(404, "TaskNotFound", f"Task {task_id} not found", path=f"/v0.10/task/{task_id}")
     with pytest.raises(UnknownTask, match="not found"):
         backend.poll(task_id)
 
@@ -632,13 +552,9 @@ def test_the_task_record_survives_a_new_backend(backend: GlobusBackend, tmp_path
 
 def test_cancel_is_best_effort(backend: GlobusBackend) -> None:
     task_id = submitted(backend, INPUT)
-    RegisteredResponse(
-        service="transfer",
-        method="POST",
-        path=f"/v0.10/task/{task_id}/cancel",
-        status=409,
-        json={"code": "Conflict", "message": "Task already completed", "request_id": "c"},
-    ).add()
+    cancel = f"/v0.10/task/{task_id}/cancel"
+    sdk_answer(TransferClient.cancel_task, path=cancel, status=409, code="Conflict",
+               message="Task already completed", DATA_TYPE="error")  # fmt: skip
     backend.cancel(task_id)
     backend.cancel(task_id)
     backend.cancel("not-a-task")

@@ -10,7 +10,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import pytest
 import responses
-from globus_sdk import TransferClient
+from globus_sdk import AuthLoginClient, TransferClient
 from globus_sdk.testing import RegisteredResponse, load_response
 from globus_sdk.token_storage import JSONTokenStorage, TokenStorageData
 from typer.testing import CliRunner
@@ -33,6 +33,7 @@ from lodestream.platform_adapters.transfers.globus_login import (
     token_path,
     transfer_client,
 )
+from tests.support.globus_answers import sdk_answer, sdk_task_doc
 
 CLIENT = "7d4f1c3a-2b5e-4f60-9a1b-3c2d4e5f6a7b"
 MAPPED = "6c54cade-bde5-45c1-bdea-f4bd71dba2cc"
@@ -56,17 +57,9 @@ def site_dir(tmp_path: Path) -> Path:
 
 
 def token_grant(**extra: Any) -> None:
-    body = {
-        "access_token": "at-1",
-        "scope": TRANSFER_ALL,
-        "expires_in": 172800,
-        "token_type": "Bearer",
-        "resource_server": "transfer.api.globus.org",
-        "state": "_default",
-        "other_tokens": [],
-        **extra,
-    }
-    RegisteredResponse(service="auth", method="POST", path="/v2/oauth2/token", json=body).add()
+    """The SDK's recorded grant of Transfer tokens, with this test's access token."""
+    fields = {"access_token": "at-1", **extra}
+    sdk_answer(AuthLoginClient.oauth2_exchange_code_for_tokens, **fields)
 
 
 def form(request_body: object) -> dict[str, list[str]]:
@@ -150,11 +143,8 @@ def store(site_dir: Path, *, expires_at: int, refresh_token: str | None = "rt-1"
 
 
 def task_found() -> None:
-    RegisteredResponse(
-        service="transfer",
-        path=f"/v0.10/task/{TASK}",
-        json={"DATA_TYPE": "task", "task_id": TASK, "status": "ACTIVE"},
-    ).add()
+    doc = sdk_task_doc(TASK, "ACTIVE")
+    RegisteredResponse(service="transfer", path=f"/v0.10/task/{TASK}", json=doc).add()
 
 
 def test_a_live_access_token_is_used_as_stored(site_dir: Path) -> None:
