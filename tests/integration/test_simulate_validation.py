@@ -18,6 +18,7 @@ import orjson
 import psycopg
 import pytest
 from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
 
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.site.main import run as run_site_agent
@@ -29,6 +30,7 @@ from lodestream.client.analytics.simulate.source import Refusals, from_lines
 from lodestream.eventlog import EventLog
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.topology import SITE_CONSUMERS
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import OWNER, SITE, control_plane, submit, until_all
 from tests.support.builders import job_created, site_registered
@@ -38,13 +40,6 @@ from tests.support.site import secure_site_dir
 # on the same two cores stretches unevenly (a full run saw +22 % and +44 %): these run after
 # the parallel part of `make test`, one at a time.
 pytestmark = pytest.mark.alone
-# Measured alone at the end of this turn, the predictions for more capacity overshoot the
-# measured runs (+22 % at twice the slots, +57 % for the mixed workload on two pilots) while
-# the replays hold (0.0 %): probably the model keeps a per-job pilot overhead the pilot now
-# overlaps (slots are freed before the result is appended). Issue 35 stays open for it.
-_OVERSHOOTS = "the what-if model overshoots since pilots overlap their appends (issue 35)"
-MODEL_OVERSHOOTS = pytest.mark.xfail(reason=_OVERSHOOTS, strict=False)
-
 JOBS = 60
 TOLERANCE = 0.15
 
@@ -65,6 +60,24 @@ async def dump(js: JetStreamContext, first: int, last: int, path: Path) -> None:
             msg = await js.get_msg(EVENTS_STREAM, seq)
             assert msg.data is not None
             out.write(orjson.dumps({"subject": msg.subject, **orjson.loads(msg.data)}) + b"\n")
+
+
+async def site_ready(js: JetStreamContext) -> None:
+    """Register the site and wait for its consumers, which the controller makes when it sees
+    the registration. A pilot started before then sends its first pull request to a
+    consumer that does not exist yet, gets no answer, and fetches again only once that
+    request's window has run out (its expiry and a second): the first run then leased its
+    first job 1.2 to 1.5 s late, the second run (consumers there) at once, and the
+    prediction made from the first carried that start into the second (+20 % and +50 %)."""
+    await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+    async with asyncio.timeout(30):
+        for feed in SITE_CONSUMERS:
+            while True:
+                try:
+                    await js.consumer_info(feed.stream, feed.durable(SITE))
+                    break
+                except NotFoundError:
+                    await asyncio.sleep(0.05)
 
 
 async def session_open(dsn: str, count: int) -> None:
@@ -104,14 +117,13 @@ def makespan_and_prediction(path: Path, slots: int | None) -> tuple[float, float
     return cal.makespan_s, simulate(cal, Scenario(slots=slots)).makespan_s
 
 
-@MODEL_OVERSHOOTS
 async def test_a_prediction_with_twice_the_slots_is_within_15_percent_of_the_measured(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
     two = secure_site_dir(secure_nats, tmp_path / "two", virtual_nodes=1, cores_per_node=2)
     four = secure_site_dir(secure_nats, tmp_path / "four", virtual_nodes=1, cores_per_node=4)
     async with control_plane(secure_nats, database_url) as js:
-        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        await site_ready(js)
         await one_run(js, database_url, two.directory, 1, tmp_path / "two.jsonl")
         await one_run(js, database_url, four.directory, 2, tmp_path / "four.jsonl")
     recorded, replayed = makespan_and_prediction(tmp_path / "two.jsonl", None)
@@ -129,8 +141,14 @@ async def test_a_prediction_with_twice_the_slots_is_within_15_percent_of_the_mea
     assert abs(error) <= TOLERANCE
 
 
-# The issue asks 2 %; on a mixed workload the model's first-fit placement of jobs that
-# need a whole node differs from the pilot's, and replays came within -1.3 % to +3.5 %.
+# The issue asks 2 %. The mixed workload's replays do not always hold even 5 %: -8.5 % to
+# +6.0 % over eleven runs alone (its predictions: -4.1 % to +0.6 %). A job that needs a whole
+# node and finds none is handed back and offered again half a second later (the pilot's
+# nak), so a node that falls free meanwhile goes to whoever is fetched next; the model
+# queues it instead and holds the first node that falls free for the job's whole recorded
+# delay, so it takes nodes in the replay that other jobs had in the recording.
+# The prediction's bound is asserted; a replay outside its bound marks the test xfail.
+_HANDED_BACK = "the model does not replay the pilot's hand-back of whole-node jobs (issue 35)"
 REPLAY_TOLERANCE = 0.05
 
 
@@ -188,14 +206,13 @@ def replayed_and_predicted(
     return cal.makespan_s, simulate(cal, Scenario()).makespan_s, simulate(cal, scenario).makespan_s
 
 
-@MODEL_OVERSHOOTS
 async def test_a_workload_with_retries_and_a_chain_predicted_for_two_pilots(
     secure_nats: SecureNats, database_url: str, tmp_path: Path
 ) -> None:
     # One pilot is 2 nodes x 2 cores: two sleepers share a node, so 4 run at once.
     site = secure_site_dir(secure_nats, tmp_path, virtual_nodes=2, cores_per_node=2)
     async with control_plane(secure_nats, database_url) as js:
-        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        await site_ready(js)
         await mixed_run(js, database_url, site.directory, 1, 1, tmp_path / "one.jsonl")
         await mixed_run(js, database_url, site.directory, 3, 2, tmp_path / "two.jsonl")
     recorded, replayed, predicted = replayed_and_predicted(tmp_path / "one.jsonl",
@@ -213,6 +230,6 @@ async def test_a_workload_with_retries_and_a_chain_predicted_for_two_pilots(
         f"| measured, 2 pilots | {measured:.3f} |\n"
         f"| error of the prediction | {error:+.1%} |"
     )
-    assert abs(replayed - recorded) <= REPLAY_TOLERANCE * recorded
-    assert abs(with_io - recorded) <= REPLAY_TOLERANCE * recorded
     assert abs(error) <= TOLERANCE
+    if max(abs(replayed - recorded), abs(with_io - recorded)) > REPLAY_TOLERANCE * recorded:
+        pytest.xfail(_HANDED_BACK)
