@@ -73,15 +73,15 @@ from lodestream.agents.launcher.work import (
     NotRunnable,
     NotWork,
     WorkItem,
-    settle,
     work_item,
 )
 from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
 from lodestream.agents.site.retry import retry_until, stopped_within
 from lodestream.agents.site.settings import JobMode
-from lodestream.eventlog import ConflictError, EventLog, EventLogError
+from lodestream.eventlog import ConflictError, EventLog
+from lodestream.eventlog.kernel import ACK, TERM, Nak, deliveries, settle
 from lodestream.eventlog.outbox import Outbox
-from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.eventlog.pull import PullLoop, pull_consumer
 from lodestream.eventlog.transient import transient
 from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError, StartFailed
@@ -96,6 +96,7 @@ from lodestream.schemas.topology import KILLS, LAUNCH, PEERS
 __all__ = ["Launcher", "LauncherReport"]
 
 log = logging.getLogger(__name__)
+NAME: Final = "launcher"  # in the log lines of the consumer kernel
 NAK_DELAY_S = 0.5
 # A runnable event whose job.created is not found is refused only at its 5th delivery (a
 # few seconds on): a lagging replica catches up by then, a forged event stays forged.
@@ -185,6 +186,9 @@ class Launcher:
         self._stopped_at: float | None = None
         self._revoked = False
         self.report = LauncherReport()
+        # ``_offer`` settles or holds each delivery itself; the kernel hands back one that
+        # met NATS away, and logs (and leaves for redelivery) one that met a bug.
+        self._each_delivery = deliveries(self._offer, NAME, retry_s=NAK_DELAY_S)
         self._watch = JobWatch(js, site, chains=self._chains, stop_task=self._stop_task,
                                report=self.report)  # fmt: skip
 
@@ -266,7 +270,7 @@ class Launcher:
                     retry_until(
                         f"session {self.session.id}: open",
                         attempt,
-                        retryable=_operational,
+                        retryable=transient,
                         stop=stop,
                         deadline=self.session.deadline,
                     )
@@ -337,7 +341,7 @@ class Launcher:
 
     async def _fetch_and_offer(self, pulling: PullLoop[Msg]) -> None:
         # No message stops the pilot: one whose offer fails is logged and, unsettled, redelivered.
-        await pulling.once(each_message(self._offer, "launcher"))
+        await pulling.once(self._each_delivery)
 
     def _fetch_size(self) -> int:
         # Every job offered holds its allocation from the lease on, not only once it runs:
@@ -380,7 +384,7 @@ class Launcher:
             return
         allocation = self._packer.allocate(request, prefer) if placing is Offer.PLACE else None
         if allocation is None:  # elsewhere, or here once our nodes free up
-            await settle(msg.nak(delay=NAK_DELAY_S))
+            await settle(msg, Nak(NAK_DELAY_S), NAME)
             return
         self._held[item.key] = item
         self._placed.add(item.key)
@@ -395,7 +399,7 @@ class Launcher:
             return item, JobRequest.from_resources(str(item.job_id), item.spec)
         except NotRunnable:  # the controller moves it on; its runnable event comes later
             self.report.not_runnable += 1
-            await settle(msg.ack())
+            await settle(msg, ACK, NAME)
         except (NotWork, ResourceError) as exc:
             await self._skip(msg, str(exc))
         return None
@@ -423,7 +427,7 @@ class Launcher:
         delay, prefer = self._diffusion.placing(item)
         if delay is not None:
             self.report.cache_deferred += 1
-            await settle(msg.nak(delay=delay))
+            await settle(msg, Nak(delay), NAME)
             return None
         return prefer
 
@@ -434,7 +438,7 @@ class Launcher:
         if _first_time(self._hand_backs_logged, item.key):
             log.info("launcher: job %s is left to other pilots: %s (this pilot's filter: %s)",
                      item.job_id, back.reason, describe(self._filter_tags))  # fmt: skip
-        await settle(item.msg.nak(delay=back.delay_s))
+        await settle(item.msg, Nak(back.delay_s), NAME)
 
     async def _refuse(self, item: WorkItem, refused: Refusal) -> None:
         """Not for this pilot: leave it to another (nak), or fail it if no pilot can run it."""
@@ -447,7 +451,7 @@ class Launcher:
                 self._log, item, session_id=self.session.id, actor=self.session.actor,
                 reason=refused.reason,
             )  # fmt: skip
-            await settle(item.msg.ack() if noted else item.msg.nak(delay=REFUSED_NAK_DELAY_S))
+            await settle(item.msg, ACK if noted else Nak(REFUSED_NAK_DELAY_S), NAME)
             return
         self._held[item.key] = item
         job = asyncio.create_task(self._fail_unrunnable(item, refused.reason))
@@ -458,7 +462,7 @@ class Launcher:
         """Not work (refused by the shared rule, or nothing to run): never redeliver it."""
         self.report.skipped += 1
         log.warning("launcher: skipped delivery on %s: %s", msg.subject, why)
-        await settle(msg.term())
+        await settle(msg, TERM, NAME)
 
     async def _not_due(self, item: WorkItem, wait: float) -> bool:
         if wait <= 0:
@@ -475,7 +479,7 @@ class Launcher:
             # Work that falls due within our idle TTL: idleness counts from then, not from now.
             self._idle_from = max(self._idle_from, time.monotonic() + wait)
         # Capped: a due time beyond any backoff (a skewed clock) is looked at again later.
-        await settle(item.msg.nak(delay=min(wait, MAX_BACKOFF_S)))
+        await settle(item.msg, Nak(min(wait, MAX_BACKOFF_S)), NAME)
 
     async def _redelivered(self, item: WorkItem, held: WorkItem) -> None:
         """A second runnable delivery of a job we hold: never a second allocation."""
@@ -486,11 +490,11 @@ class Launcher:
             case Redelivery.STALE:
                 log.info("launcher: job %s: stale delivery (seq %d, holding seq %d) skipped",
                          item.job_id, item.seq, held.seq)  # fmt: skip
-                await settle(item.msg.ack())
+                await settle(item.msg, ACK, NAME)
             case Redelivery.NEWER:
                 log.info("launcher: job %s runnable again at seq %d while held from seq %d; "
                          "retried once released", item.job_id, item.seq, held.seq)  # fmt: skip
-                await settle(item.msg.nak(delay=NAK_DELAY_S))
+                await settle(item.msg, Nak(NAK_DELAY_S), NAME)
 
     # --- one job --------------------------------------------------------------------------
 
@@ -574,7 +578,7 @@ class Launcher:
             why: str | None = str(exc)
         except Exception as exc:  # NATS away: someone (maybe we) will try again
             log.warning("launcher: cannot check job %s yet: %s", item.job_id, exc)
-            await settle(item.msg.nak(delay=NAK_DELAY_S))
+            await settle(item.msg, Nak(NAK_DELAY_S), NAME)
             return False
         else:
             why = decide.not_as_submitted(created, item.spec)
@@ -585,7 +589,7 @@ class Launcher:
             # job.created (one that was cut off, catching up): ask again before refusing.
             log.warning("launcher: job %s: no job.created on the log yet; asking again",
                         item.job_id)  # fmt: skip
-            await settle(item.msg.nak(delay=MISSING_CREATED_NAK_DELAY_S))
+            await settle(item.msg, Nak(MISSING_CREATED_NAK_DELAY_S), NAME)
             return False
         await self._skip(item.msg, f"job {item.job_id}: {why}")
         return False
@@ -602,16 +606,16 @@ class Launcher:
             seq = await self._append(started, item.seq)
         except ConflictError:
             self.report.lost_races += 1  # another pilot, or the job moved on (killed, …)
-            await settle(item.msg.ack())
+            await settle(item.msg, ACK, NAME)
             return None
         except Exception:
             log.exception("launcher: could not lease job %s", item.job_id)
             seq = None
         if seq is None:  # another pilot may take it; if ours had landed, CAS refuses theirs
-            await settle(item.msg.nak(delay=NAK_DELAY_S))
+            await settle(item.msg, Nak(NAK_DELAY_S), NAME)
             return None
         leased_at = time.time()  # the run's profile: a capture, not another await
-        await settle(item.msg.ack())
+        await settle(item.msg, ACK, NAME)
         self._chains[item.key] = seq
         self.report.started += 1
         return leased_at
@@ -777,13 +781,6 @@ def _first_time(seen: set[JobKey], key: JobKey) -> bool:
         seen.clear()
     seen.add(key)
     return True
-
-
-def _operational(exc: Exception) -> bool:
-    """A failure of NATS or of the log, not of this code: worth another try."""
-    if isinstance(exc, ConflictError):
-        return False
-    return transient(exc) or isinstance(exc, EventLogError)
 
 
 def _deliveries(msg: Any) -> int:

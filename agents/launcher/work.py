@@ -25,12 +25,10 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from lodestream.eventlog.pull import settle_delivery
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition, Untrusted
 from lodestream.schemas.events.job import (
@@ -127,8 +125,3 @@ def trusted_event(subject: str, data: bytes | None, site: str) -> Event:
         return check_own_site(event_from_message(subject, data or b""), site)
     except Untrusted as exc:
         raise NotWork(str(exc)) from exc
-
-
-async def settle(settling: Awaitable[None]) -> None:
-    """Ack, nak or term a delivery (see :func:`lodestream.eventlog.pull.settle_delivery`)."""
-    await settle_delivery(settling, "launcher")

@@ -36,12 +36,14 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers import TransferModule
 from lodestream.agents.site.transfers.locations import BackendBuilder, declare_locations
 from lodestream.eventlog import EventLog
-from lodestream.eventlog.pull import PullLoop, each_message, pull_consumer
+from lodestream.eventlog.kernel import ACK, Settle, Tally, deliver_one
+from lodestream.eventlog.pull import PullLoop, pull_consumer
 from lodestream.platform_adapters.schedulers import Scheduler
-from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.topology import PROCESS
 
 log = logging.getLogger(__name__)
+
+RETRY_S = 1.0  # a hook that met NATS away is tried again this much later
 
 
 class SiteAgent:
@@ -75,7 +77,7 @@ class SiteAgent:
             if settings.elastic.enabled
             else None
         )
-        self.skipped = 0
+        self.deliveries = Tally()  # of process-<site>: refused, retried, failed
 
     async def run(self, stop: asyncio.Event) -> None:
         changes = await self.publisher.publish(self._apps)
@@ -91,17 +93,18 @@ class SiteAgent:
         pending: set[asyncio.Task[None]] = set()
         elastic = asyncio.create_task(self.elastic.run(stop)) if self.elastic else None
 
-        async def dispatch(msg: Msg) -> None:
-            await workers.acquire()  # at most ``workers`` hooks at once; the rest wait in order
-            task = asyncio.create_task(self._work(msg, workers))
-            pending.add(task)
-            task.add_done_callback(pending.discard)
+        async def dispatch(msgs: list[Msg]) -> None:
+            for msg in msgs:
+                await workers.acquire()  # at most ``workers`` hooks at once; the rest in order
+                task = asyncio.create_task(self._work(msg, workers))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
 
         pilots = asyncio.create_task(self.pilots.run(stop))
         transfers = asyncio.create_task(self.transfers.run(stop))
         app_watch = asyncio.create_task(self.app_watch.run(stop))
         try:
-            await pulling.run(each_message(dispatch, "site agent"), stop)
+            await pulling.run(dispatch, stop)
         finally:
             if elastic is not None:
                 if not stop.is_set():  # the pull loop failed: the queue would go on alone
@@ -114,24 +117,21 @@ class SiteAgent:
                 await asyncio.gather(*pending, return_exceptions=True)
             with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
-            log.info("site agent stops: %d outcomes appended, %d deliveries skipped",
-                     self.processing.handled, self.skipped)  # fmt: skip
+            log.info("site agent stops: %d outcomes appended, deliveries: %s",
+                     self.processing.handled, self.deliveries)  # fmt: skip
+
+    @property
+    def skipped(self) -> int:
+        """Deliveries the shared rule refused (terminated, never redelivered)."""
+        return self.deliveries.refused
 
     async def _work(self, msg: Any, workers: asyncio.Semaphore) -> None:
         try:
-            await self.processing.handle(msg)
-            await msg.ack()
-        except Untrusted as exc:
-            await self._skip(msg, exc)
-        except Exception:
-            log.exception("site agent: processing failed; the message will be redelivered")
+            await deliver_one(self._process, msg, "site agent", retry_s=RETRY_S,
+                              tally=self.deliveries)  # fmt: skip
         finally:
             workers.release()
 
-    async def _skip(self, msg: Any, why: Untrusted) -> None:
-        self.skipped += 1
-        log.warning("site agent: skipped delivery on %s: %s", msg.subject, why)
-        try:
-            await msg.term()
-        except nats.errors.Error as exc:  # NATS away: it comes back, and is refused again
-            log.warning("site agent: could not terminate a delivery: %s", exc)
+    async def _process(self, msg: Any) -> Settle:
+        await self.processing.handle(msg)
+        return ACK

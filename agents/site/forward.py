@@ -30,7 +30,8 @@ import nats.errors
 from nats.js import JetStreamContext
 
 from lodestream.agents.site.retry import Backoff, stopped_within
-from lodestream.eventlog import ConflictError, EventLog
+from lodestream.eventlog import EventLog
+from lodestream.eventlog.kernel import ACK, HOLD, TERM, Append, commit_one, settle
 from lodestream.eventlog.outbox import (
     FORWARDER,
     OUTBOX_STREAM,
@@ -39,11 +40,12 @@ from lodestream.eventlog.outbox import (
     expected,
 )
 from lodestream.eventlog.transient import transient
-from lodestream.schemas.errors import Untrusted
+from lodestream.schemas.errors import Untrusted, first_line
 from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 
+NAME = "forwarder"  # in the consumer kernel's log lines
 RETRY = Backoff(first_s=0.2, cap_s=1.0)
 FETCH_WAIT_S = 1.0
 
@@ -99,37 +101,38 @@ class Forwarder:
         except (Untrusted, ValueError) as exc:
             self.report.untrusted += 1
             log.warning("forwarder: dropped %s: %s", msg.subject, exc)
-            await msg.term()
+            await settle(msg, TERM, NAME)
             return
         tries = 0
         while not stop.is_set():
             try:
-                appended = await self._hub_log.append(event, expect=expect)
-            except ConflictError as exc:
-                self.report.refused += 1
-                self.report.refused_subjects.append(subject)
-                log.warning("forwarder: the hub refused %s kept during the cut: %s", subject, exc)
-                await msg.ack()
-                return
+                appended = await commit_one(self._hub_log, Append(event, expect))
             except Exception as exc:
                 if not transient(exc):
-                    self.report.refused += 1
-                    self.report.refused_subjects.append(subject)
-                    log.warning("forwarder: the hub refused %s: %s", subject, exc)
-                    await msg.ack()
+                    self._refused(subject, f"the hub refused {subject}: {first_line(exc)}")
+                    await settle(msg, ACK, NAME)
                     return
                 tries += 1
                 self.report.retries += 1
                 if tries == 1:
                     log.warning("forwarder: the hub does not answer (%s); holding %s",
-                                exc or type(exc).__name__, subject)  # fmt: skip
-                await msg.in_progress()  # ours until the hub answers; nothing overtakes it
+                                first_line(exc), subject)  # fmt: skip
+                await settle(msg, HOLD, NAME)  # ours until the hub answers; nothing overtakes it
                 await stopped_within(stop, RETRY.delay(tries))
                 continue
-            if appended.duplicate:
-                self.report.duplicates += 1
+            if appended is None:  # lost its compare-and-set: the hub moved on during the cut
+                self._refused(subject, f"the hub refused {subject} kept during the cut: "
+                              "its job moved on")  # fmt: skip
             else:
-                self.report.forwarded += 1
-            self.report.last_forwarded_at = time.monotonic()
-            await msg.ack()
+                if appended.duplicate:
+                    self.report.duplicates += 1
+                else:
+                    self.report.forwarded += 1
+                self.report.last_forwarded_at = time.monotonic()
+            await settle(msg, ACK, NAME)
             return
+
+    def _refused(self, subject: str, why: str) -> None:
+        self.report.refused += 1
+        self.report.refused_subjects.append(subject)
+        log.warning("forwarder: %s", why)

@@ -32,7 +32,8 @@ import orjson
 
 from lodestream.agents.site.apps import ApplicationDefinition, Decision, JobContext
 from lodestream.agents.site.retries import RetryRules
-from lodestream.eventlog import ConflictError, EventLog
+from lodestream.eventlog import EventLog
+from lodestream.eventlog.kernel import Append, commit_one
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import Untrusted
 from lodestream.schemas.events import (
@@ -95,12 +96,9 @@ class Processing:
                 await asyncio.to_thread(_remove_globs, workdir, app.spec.cleanup_files)
             return
         outcome = await self._decide(event, spec, app)
-        if outcome is not None:
-            try:
-                await self._log.append(outcome, expect=seq)
-                self.handled += 1
-            except ConflictError:
-                pass  # the job moved on (killed, or this was a redelivery already acted on)
+        # None from commit_one: the job moved on (killed, or a redelivery already acted on).
+        if outcome is not None and await commit_one(self._log, Append(outcome, seq)):
+            self.handled += 1
 
     def _nothing_to_do(self, msg: Any) -> bool:
         """Whether the delivery is a run_done or finished of an app with no hook for it.

@@ -17,7 +17,8 @@ from pathlib import Path
 from lodestream.agents.site.apps import ApplicationDefinition
 from lodestream.agents.site.apps.errors import AppLoadError
 from lodestream.agents.site.apps.loader import app_version, to_app_model
-from lodestream.eventlog import ConflictError, EventLog
+from lodestream.eventlog import EventLog
+from lodestream.eventlog.kernel import Append, commit_one
 from lodestream.schemas.events import AppLoadFailed, AppRegistered, AppRemoved, AppUpdated
 from lodestream.schemas.events.app import MAX_LOAD_ERROR, AppLoadFailedData, AppRemovedData
 from lodestream.schemas.ids import derived_id
@@ -83,12 +84,9 @@ class AppPublisher:
             registered = AppRegistered.create(
                 site=self._site, aggregate_id=aggregate, actor=self.actor, data=model
             )
-            try:
-                await self._log.append(registered, expect=0)
-            except ConflictError:
-                pass  # registered before this state file existed: update instead
-            else:
+            if await commit_one(self._log, Append(registered, 0)):
                 return "registered"
+            # Lost: registered before this state file existed, so update instead.
         updated = AppUpdated.create(site=self._site, aggregate_id=aggregate, actor=self.actor,
                                     data=model)  # fmt: skip
         await self._log.append(updated, expect=None)

@@ -18,19 +18,17 @@ and each batch goes to the consumer's own handler, which settles its messages.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable
-from typing import Any, Final, Generic, Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Generic, Protocol, TypeVar
 
-import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.js.errors import APIError
 
 from lodestream import natsprivate
+from lodestream.eventlog.transient import transient
 from lodestream.schemas.topology import next_subject
 
 log = logging.getLogger(__name__)
@@ -120,7 +118,6 @@ async def pull_consumer(js: Any, stream: str, durable: str) -> PullConsumer:
 
 
 BatchHandler = Callable[[list[Msg]], Awaitable[None]]
-MessageHandler = Callable[[Msg], Awaitable[None]]
 
 # What one fetch hands out: nats-py's messages, or what a reader makes of the bytes (the
 # projector reads EVENTS past nats-py's messages, see rawpull.py).
@@ -133,23 +130,14 @@ class Fetcher(Protocol[Item]):
     async def fetch(self, batch: int, timeout: float) -> list[Item]: ...  # noqa: ASYNC109 - as PullConsumer
 
 
-CONNECTION_ERRORS: Final[tuple[type[Exception], ...]] = (
-    nats.errors.ConnectionClosedError,
-    nats.errors.NoRespondersError,
-    APIError,
-)
-"""The NATS errors the control plane's consumers wait out; others end the service (its
-supervisor restarts it). Site processes wait out every NATS error (``nats.errors.Error``)."""
-
-
 class PullLoop(Generic[Item]):
     """Fetch batches from ``sub`` and hand each non-empty one to a handler, until stopped.
 
     ``batch`` is a size or a function asked before every fetch (a pilot fetches only what
     it has room for); so is ``timeout_s``, how long a fetch waits for its first message (a
     pilot varies it, so that its pull requests do not stay in step with its peers'). What
-    the handler raises is not caught here: each consumer decides what a failed batch means
-    (see :func:`each_message` for "no message stops me").
+    the handler raises is not caught here: the consumer kernel
+    (:mod:`lodestream.eventlog.kernel`) decides what a failed batch or delivery means.
     """
 
     def __init__(
@@ -159,14 +147,12 @@ class PullLoop(Generic[Item]):
         name: str,
         batch: int | Callable[[], int],
         timeout_s: float | Callable[[], float],
-        retried: tuple[type[Exception], ...] = (nats.errors.Error,),
         retry_after_s: float = 0.5,
     ) -> None:
         self.sub = sub
         self.name = name
         self._batch = batch if callable(batch) else lambda: batch
         self._timeout_s = timeout_s if callable(timeout_s) else lambda: timeout_s
-        self._retried = retried
         self._retry_after_s = retry_after_s
 
     async def fetch(self) -> list[Item]:
@@ -175,7 +161,9 @@ class PullLoop(Generic[Item]):
             return await self.sub.fetch(self._batch(), timeout=self._timeout_s())
         except TimeoutError:  # nats-py raises its own subclass or plain asyncio.TimeoutError
             return []
-        except self._retried as exc:  # reconnecting, closed, no responders, API errors
+        except Exception as exc:  # reconnecting, closed, no responders, API errors
+            if not transient(exc):
+                raise
             log.warning("%s: fetch failed (%s); retrying", self.name, _reason(exc))
             await asyncio.sleep(self._retry_after_s)
             return []
@@ -193,22 +181,6 @@ class PullLoop(Generic[Item]):
             await self.once(handle)
 
 
-def each_message(handle: MessageHandler, name: str) -> BatchHandler:
-    """Hand a batch on message by message; no message stops the consumer.
-
-    A message whose handler raises is logged and left unsettled, so it is redelivered.
-    """
-
-    async def handle_each(msgs: list[Msg]) -> None:
-        for msg in msgs:
-            try:
-                await handle(msg)
-            except Exception:
-                log.exception("%s: delivery on %s not handled", name, msg.subject)
-
-    return handle_each
-
-
 def stream_seq(msg: Any) -> int:
     """The stream sequence a delivery carries."""
     # Read from the reply subject's one token: ``msg.metadata`` builds a dataclass and a
@@ -222,30 +194,6 @@ def stream_seq(msg: Any) -> int:
         if len(tokens) >= 11:
             return int(tokens[7])
     return int(msg.metadata.sequence.stream)  # not an ack subject: nats-py raises why
-
-
-async def settle_delivery(settling: Awaitable[None], name: str) -> None:
-    """Ack, nak, term or in_progress a delivery. If NATS is away the server redelivers it
-    later, which compare-and-set makes safe, so a failure is only logged."""
-    try:
-        await settling
-    except nats.errors.Error as exc:
-        log.warning("%s: could not settle a delivery: %s", name, exc or type(exc).__name__)
-
-
-async def hand_back(sub: PullConsumer, held: Iterable[Msg], name: str) -> None:
-    """Stopping: give the deliveries ``held`` back (nak) for the next reader, at once.
-
-    The subscription is stopped first. A pull request of ours may still be open on the server
-    (until its expiry); a nak sent while its inbox is subscribed is delivered straight back
-    into it, and so to nobody, until the feed's ack wait runs out (two minutes for the
-    site's transfers). Once the inbox has no interest, the server sends it to the next
-    reader instead (measured against nats-server: at once, against not within 8 s).
-    """
-    with contextlib.suppress(nats.errors.Error):
-        await sub.stop()
-    for msg in held:
-        await settle_delivery(msg.nak(), name)
 
 
 async def work_and_tick(

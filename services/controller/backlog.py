@@ -19,24 +19,21 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Final
 
-import psycopg
-from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 from pydantic import ValidationError
 
-from lodestream.eventlog import EventLog, EventLogError, Rejected
+from lodestream.eventlog import EventLog, Rejected
+from lodestream.eventlog.transient import transient
+from lodestream.schemas.errors import first_line
 from lodestream.schemas.events.scaler import ScalerBacklog, ScalerBacklogData
 from lodestream.schemas.subjects import EVENTS_STREAM
-from lodestream.services.controller.errors import ReadModelLag
 from lodestream.services.controller.reads import ReadModel
 from lodestream.services.controller.scaler import backlog_event, due, snapshot, stored_backlog
 
 log = logging.getLogger(__name__)
 
-TRANSIENT: Final = (ReadModelLag, psycopg.Error, EventLogError, NatsError, TimeoutError, OSError)
 NewestBatchSeq = Callable[[str], Awaitable[int]]
 
 
@@ -74,13 +71,14 @@ class BacklogFeed:
         while not stop.is_set():
             try:
                 await self.run_once()
-            except TRANSIENT as exc:
+            except Exception as exc:  # never the end of the controller
                 self.failures += 1
-                log.warning("controller backlog feed: %s; trying again next period", exc)
-                await self._reads.close()
-            except Exception:  # never the end of the controller
-                self.failures += 1
-                log.exception("controller backlog feed failed; trying again next period")
+                if transient(exc):
+                    log.warning("controller backlog feed: %s; trying again next period",
+                                first_line(exc))  # fmt: skip
+                    await self._reads.close()
+                else:
+                    log.exception("controller backlog feed failed; trying again next period")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), self._period_s)
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from lodestream.eventlog.kernel import Append
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import (
     JobAwaitingParents,
@@ -42,12 +43,6 @@ from lodestream.schemas.states import JobState
 
 ACTOR = "controller:main"
 FAILED_STATES = frozenset({JobState.FAILED, JobState.KILLED})
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    event: Event
-    expect: int | None
 
 
 @dataclass(frozen=True, slots=True)

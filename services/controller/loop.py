@@ -18,16 +18,24 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-import psycopg
-from nats.aio.msg import Msg
 from nats.errors import Error as NatsError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from lodestream.eventlog import Appended, ConflictError, EventLog, EventLogError
+from lodestream.eventlog import EventLog
 from lodestream.eventlog.consumers import ensure_site_consumers, remove_site_consumers
-from lodestream.eventlog.pull import CONNECTION_ERRORS, BatchHandler, PullLoop, pull_consumer
+from lodestream.eventlog.kernel import (
+    Append,
+    BatchDecide,
+    BatchDecision,
+    Committed,
+    Tally,
+    batches,
+    commit,
+)
+from lodestream.eventlog.pull import PullLoop, pull_consumer
+from lodestream.eventlog.transient import transient
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.errors import IllegalTransition, Untrusted, first_line
 from lodestream.schemas.events import (
@@ -57,23 +65,9 @@ from lodestream.schemas.trust import (
 )
 from lodestream.services.controller import decide, staging
 from lodestream.services.controller.backlog import BacklogFeed, newest_batch_seq
-from lodestream.services.controller.decide import Append
-from lodestream.services.controller.errors import ReadModelLag
 from lodestream.services.controller.reads import ReadModel
 
 log = logging.getLogger(__name__)
-
-# What a batch can meet that is not its own fault: the read model behind or away, NATS away
-# or slow to answer. The batch is left unacked and decided again on redelivery.
-TRANSIENT = (
-    ReadModelLag,
-    psycopg.OperationalError,
-    EventLogError,
-    NatsError,
-    TimeoutError,
-    OSError,
-)
-
 
 FINAL_EVENTS = frozenset({"job.finished", "job.failed", "job.killed"})
 SPEC_CACHE_SIZE = 200_000
@@ -162,10 +156,21 @@ class Controller:
         # find the children); every other job's end is decided without waiting for the projector.
         # A superset is safe (it costs a query); None means "too many to track: always query".
         self._awaited: set[uuid.UUID] | None = set()
-        self.appended = 0
-        self.conflicts = 0
+        self.committed = Committed()  # every append's fate (landed, duplicate, lost CAS)
+        self.tally = Tally()  # batches left for redelivery because Postgres or NATS was away
         self.refused = 0  # messages the shared rule refused (counted, logged, acked)
-        self.retried = 0  # batches left for redelivery because Postgres or NATS was away
+
+    @property
+    def appended(self) -> int:
+        return self.committed.appended
+
+    @property
+    def conflicts(self) -> int:
+        return self.committed.lost
+
+    @property
+    def retried(self) -> int:
+        return self.tally.retried
 
     async def run(self, stop: asyncio.Event) -> None:
         delay = 0.5
@@ -173,7 +178,9 @@ class Controller:
             try:
                 await self._start()
                 break
-            except TRANSIENT as exc:
+            except Exception as exc:
+                if not transient(exc):
+                    raise
                 # Postgres or NATS not there yet (or restarting): wait, do not crash-loop.
                 log.warning("controller: cannot start yet (%s); retrying", first_line(exc))
                 await self._reads.close()
@@ -210,36 +217,20 @@ class Controller:
         await ensure_durable(self._js, HB_STREAM, f"{self._durable}-hb", None)
 
     async def _consume(
-        self, stream: str, durable: str, handle: BatchHandler, stop: asyncio.Event
+        self, stream: str, durable: str, decide: BatchDecide, stop: asyncio.Event
     ) -> None:
         sub = await pull_consumer(self._js, stream, durable)
-        pulling = PullLoop(
-            sub, name=f"controller {stream}", batch=self._batch, timeout_s=0.5,
-            retried=CONNECTION_ERRORS,
-        )  # fmt: skip
+        pulling = PullLoop(sub, name=f"controller {stream}", batch=self._batch, timeout_s=0.5)
+        handle = batches(decide, self._log, f"controller {stream}", committed=self.committed,
+                         tally=self.tally, recover=self._reads.close)  # fmt: skip
         try:
-            await pulling.run(functools.partial(self._settle, stream, handle), stop)
+            await pulling.run(handle, stop)
         finally:
             await sub.stop()
 
-    async def _settle(self, stream: str, handle: BatchHandler, msgs: list[Msg]) -> None:
-        """Decide a batch, then ack each message; a transient failure leaves it unacked."""
-        try:
-            await handle(msgs)
-            for msg in msgs:
-                await msg.ack()
-        except TRANSIENT as exc:
-            # Postgres or NATS went away mid-batch. Unacked messages come back after
-            # ack_wait and deciding again yields the same events: nothing is lost
-            # and nothing is appended twice.
-            self.retried += 1
-            log.warning("controller %s: %s; will retry", stream, first_line(exc))
-            await self._reads.close()
-            await asyncio.sleep(0.5)
-
     # --- EVENTS ---------------------------------------------------------------------------
 
-    async def _on_events(self, msgs: list[Any]) -> None:
+    async def _on_events(self, msgs: list[Any]) -> BatchDecision:
         ended = [(msg, _ended_job(msg.subject)) for msg in msgs]
         items = self._decoded([msg for msg, job in ended if job is None])
         self._await_parents_of(e for _, e in items)
@@ -254,13 +245,13 @@ class Controller:
             items = await self._accepted(items)
         for seq, event in items:
             appends += await self._decide(seq, event)
-        await self._append(appends)
-        # Their children are decided and appended: nobody waits on these jobs any more. (Not
-        # before: a batch that fails is redelivered and must find them again.)
+        # Their children are decided: once that is committed, nobody waits on these jobs.
+        finals = [e.aggregate_id for _, e in items if e.type in FINAL_EVENTS]
+        return BatchDecision(appends, functools.partial(self._forget_awaited, finals))
+
+    def _forget_awaited(self, ended: list[uuid.UUID]) -> None:
         if self._awaited is not None:
-            self._awaited.difference_update(
-                e.aggregate_id for _, e in items if e.type in FINAL_EVENTS
-            )
+            self._awaited.difference_update(ended)
 
     def _decoded(self, msgs: list[Any]) -> list[tuple[int, Event]]:
         items: list[tuple[int, Event]] = []
@@ -426,7 +417,9 @@ class Controller:
 
     # --- HB -------------------------------------------------------------------------------
 
-    async def _on_heartbeats(self, msgs: list[Any]) -> None:
+    async def _on_heartbeats(self, msgs: list[Any]) -> BatchDecision:
+        """Expire the sessions whose heartbeat aged out. Each expiry commits its own rounds
+        (a round decides on what the last one left), so the batch has nothing more."""
         for msg in msgs:
             try:
                 beat = heartbeat_message(msg.subject, msg.headers, msg.data)
@@ -436,6 +429,7 @@ class Controller:
                 continue
             if isinstance(beat, HeartbeatExpired):
                 await self._expire(beat.site, beat.session_id, msg.metadata.sequence.stream)
+        return BatchDecision(())
 
     async def _expire(self, site: str, session_id: uuid.UUID, marker_seq: int) -> None:
         """Fence every job the dead session holds; retry until none is left or it moved on."""
@@ -458,7 +452,7 @@ class Controller:
                 site, session_id, marker_seq, held, datetime.now(UTC), batch=batch,
                 session_seq=session_seq,
             )  # fmt: skip
-            if not await self._append(appends):
+            if not await self._commit(appends):
                 return
         log.warning("session %s: leases still moving after 5 expiry rounds", session_id)
 
@@ -511,31 +505,9 @@ class Controller:
 
     # --- appending ------------------------------------------------------------------------
 
-    async def _append(self, appends: list[Append]) -> int:
-        """Append all; return how many lost their compare-and-set (the aggregate moved on).
-
-        Any other refusal raises (the first one, once every outcome is counted): JetStream did
-        not take that append (no responders or no leader while a cluster elects one), so the
-        message that caused it must stay unacked and be decided again. Only a lost CAS means
-        "nothing to do": another writer moved the aggregate on, or an earlier try of this very
-        append landed and ``append_many`` could not tell (its lookup failed).
-        """
-        if not appends:
-            return 0
-        results = await self._log.append_many([(a.event, a.expect) for a in appends])
-        lost = 0
-        not_taken: EventLogError | None = None
-        for result in results:
-            if isinstance(result, Appended):
-                self.appended += 0 if result.duplicate else 1
-            elif isinstance(result.error, ConflictError):
-                lost += 1
-                log.debug("controller: %s", result.error)
-            else:
-                not_taken = not_taken or result.error
-        self.conflicts += lost
-        if not_taken is not None:
-            # What did land is recognised on redelivery: same event ids, same expected
-            # sequences, and append_many reports a retried CAS append that landed as duplicate.
-            raise not_taken
-        return lost
+    async def _commit(self, appends: list[Append]) -> int:
+        """Commit ``appends`` now (see :func:`~lodestream.eventlog.kernel.commit`); return
+        how many lost their compare-and-set (the aggregate moved on)."""
+        done = await commit(self._log, appends)
+        self.committed.add(done)
+        return done.lost

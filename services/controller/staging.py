@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from lodestream.eventlog.kernel import Append
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import JobFailed, JobStagedIn, JobStagedOut, TransferRequested
 from lodestream.schemas.events.job import FailureData, StepData
@@ -26,7 +27,7 @@ from lodestream.schemas.ids import derived_id
 from lodestream.schemas.resources import App, JobSpec, TransferState
 from lodestream.schemas.states import JobState
 from lodestream.schemas.xfer import Direction, item_id, local_path
-from lodestream.services.controller.decide import ACTOR, Append
+from lodestream.services.controller.decide import ACTOR
 
 # The job state each direction's step runs in: a settled item of a job no longer there (killed,
 # reset) decides nothing.

@@ -36,8 +36,8 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 from psycopg import AsyncConnection
 
-from lodestream.eventlog.errors import ReadError
-from lodestream.eventlog.pull import CONNECTION_ERRORS, PullLoop
+from lodestream.eventlog.pull import PullLoop
+from lodestream.eventlog.transient import transient
 from lodestream.schemas.errors import first_line
 from lodestream.services.projector.ahead import (
     Fold,
@@ -58,10 +58,9 @@ from lodestream.services.projector.store import Position, ProjectionStore
 
 log = logging.getLogger(__name__)
 
-# Waited out like NATS being away. A delivery that is no message of the stream is dropped by
-# the reader; if it came amid a batch, the batch's next fetch does not follow the position,
-# and the consumer is repositioned (see Gap).
-READ_ERRORS = (*CONNECTION_ERRORS, ReadError)
+# A delivery that is no message of the stream (ReadError, transient) is dropped by the reader
+# and waited out like NATS being away; if it came amid a batch, the batch's next fetch does
+# not follow the position, and the consumer is repositioned (see Gap).
 
 # Errors that depend on a message's content (a value out of range, text Postgres cannot
 # encode, a duplicate key), not on Postgres being up or granted: retrying cannot help.
@@ -69,7 +68,6 @@ UNSTORABLE = (psycopg.DataError, psycopg.IntegrityError)
 
 # A fetch after the linger takes what is there; it waits this long only if nothing is.
 LINGER_POLL_S = 0.001
-LINGER_ERRORS: tuple[type[Exception], ...] = (*READ_ERRORS, TimeoutError)
 
 # Jobs whose progress the live projector keeps between batches (see cache.py): a few
 # hundred bytes each, enough for the jobs of the last minutes at the target rate.
@@ -161,7 +159,7 @@ class Projector:
         await self._deliver_after(reader, await self._applied_position(), stop)
         pulling = PullLoop(
             reader, name=f"projector {self._stream}", batch=self._batch_size,
-            timeout_s=self._fetch_timeout_s, retried=READ_ERRORS,
+            timeout_s=self._fetch_timeout_s,
         )  # fmt: skip
         try:
             while not stop.is_set():
@@ -187,7 +185,9 @@ class Projector:
         await asyncio.sleep(self._linger_s)
         try:
             return await reader.fetch(self._batch_size - have, LINGER_POLL_S)
-        except LINGER_ERRORS:
+        except Exception as exc:
+            if not transient(exc):
+                raise
             return []  # the next fetch reads it, or rides the outage out
 
     async def close(self) -> None:

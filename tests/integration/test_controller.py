@@ -16,6 +16,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.eventlog import ConflictError, EventLog
+from lodestream.eventlog.kernel import commit
 from lodestream.schemas.events import (
     Heartbeat,
     JobKilled,
@@ -237,7 +238,8 @@ async def test_a_child_created_in_the_batch_where_its_parent_ends_is_decided(
         controller = Controller(js, database_url)  # not started: it knows no awaited parent
         controller._owners = {SITE: OWNER}  # ...but, as after any start, the live sites
         batch = [delivered(await js.get_msg(EVENTS_STREAM, seq)) for seq in seqs]
-        await controller._on_events(batch)
+        decision = await controller._on_events(batch)
+        await commit(log, decision.appends)  # as the consumer kernel does next
         await until_state(database_url, child.aggregate_id, "FAILED")
 
 

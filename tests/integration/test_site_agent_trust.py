@@ -71,5 +71,5 @@ async def test_forged_work_is_skipped_and_counted_and_real_work_goes_on(
             await nc.close()
     assert agent.skipped == len(forged)
     assert "job.restart_ready" in await history(database_url, job)
-    skipped = [r.getMessage() for r in caplog.records if "skipped delivery" in r.getMessage()]
+    skipped = [r.getMessage() for r in caplog.records if "refused delivery" in r.getMessage()]
     assert any("names site 'beta'" in line for line in skipped)

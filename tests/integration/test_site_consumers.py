@@ -17,7 +17,8 @@ from nats.js import JetStreamContext
 
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.consumers import consumer_config, ensure_site_consumers
-from lodestream.eventlog.pull import PullConsumer, hand_back, pull_consumer
+from lodestream.eventlog.kernel import hand_back
+from lodestream.eventlog.pull import PullConsumer, pull_consumer
 from lodestream.schemas.events.job import CreatedData, JobCreated
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.subjects import EVENTS_STREAM, type_filter

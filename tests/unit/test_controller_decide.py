@@ -15,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from lodestream.eventlog.kernel import Append
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.events import (
     JobAwaitingParents,
@@ -44,7 +45,7 @@ from lodestream.schemas.fold import JobView, apply
 from lodestream.schemas.resources import App, AppTransferSlot, JobSpec, JobSteps, TransferSpec
 from lodestream.schemas.states import JobState
 from lodestream.services.controller import decide
-from lodestream.services.controller.decide import ACTOR, Append, LeasedJob
+from lodestream.services.controller.decide import ACTOR, LeasedJob
 
 SITE = "alpha"
 JOB = uuid.UUID("01900000-0000-7000-8000-000000000001")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pytest
+from nats.aio.msg import Msg
 
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers.module import TransferModule
@@ -74,8 +76,8 @@ def module(tmp_path: Path) -> TransferModule:
 async def test_a_delivery_the_rule_refuses_is_terminated_counted_and_changes_nothing(
     module: TransferModule, delivery: RecordingDelivery
 ) -> None:
-    await module.deliver(delivery)
+    await module.consume(cast(list[Msg], [delivery]))  # as the pull loop hands it over
     assert delivery.settled == ["term"]
-    assert module.stats.skipped == 1
+    assert module.stats.deliveries.refused == 1
     assert module.held == {}
     assert module.stats.submitted == module.stats.failed == 0

@@ -34,6 +34,7 @@ from lodestream.agents.site.elastic.scalerlog import ScalerLog, Stored
 from lodestream.agents.site.retry import stopped_within
 from lodestream.agents.site.settings import ElasticSettings
 from lodestream.eventlog import ConflictError, EventLogError
+from lodestream.eventlog.kernel import Append, commit_one
 from lodestream.platform_adapters.errors import SchedulerError
 from lodestream.platform_adapters.schedulers.base import Scheduler
 from lodestream.schemas.events.scaler import (
@@ -123,9 +124,7 @@ class ElasticQueue:
             self._site, result, backlog=current, windows=windows, limits=self._limits, now=now
         )
         expect = max(backlog.seq if backlog else 0, last.seq if last else 0)
-        try:
-            await self._log.append(decision, expect=expect)
-        except ConflictError:
+        if await commit_one(self._log, Append(decision, expect)) is None:
             # A backlog (or another agent's decision) came after what we read: decide again
             # on it next period.
             log.info("elastic queue: the scaler moved on while deciding; deciding again later")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Final
 
+from lodestream.eventlog.kernel import Append
 from lodestream.platform_adapters.schedulers.base import BatchRecord, BatchStatus
 from lodestream.schemas.batch import BatchView
 from lodestream.schemas.envelope import Event, EventData
@@ -44,12 +45,6 @@ from lodestream.schemas.resources import (
 JOB_NAME_PREFIX: Final = "lode-"
 VANISHED: Final = "vanished from the queue"
 MAX_REASON: Final = 2000
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    event: Event
-    expect: int
 
 
 def job_name(batch_id: uuid.UUID) -> str:

@@ -31,14 +31,12 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-import nats.errors
-
 from lodestream.agents.site.scheduler import decide
-from lodestream.agents.site.scheduler.decide import Append, DeletionStep, RequestStep
+from lodestream.agents.site.scheduler.decide import DeletionStep, RequestStep
 from lodestream.agents.site.scheduler.history import read_batch_job
 from lodestream.agents.site.scheduler.pilot_end import pilot_end_path, read_pilot_end
 from lodestream.agents.site.scheduler.template import (
@@ -49,16 +47,20 @@ from lodestream.agents.site.scheduler.template import (
     render,
 )
 from lodestream.agents.site.settings import SiteSettings
-from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import (
-    PullLoop,
-    each_message,
+from lodestream.eventlog import EventLog
+from lodestream.eventlog.kernel import (
+    ACK,
+    HOLD,
+    Append,
+    Nak,
+    Tally,
+    commit_one,
+    deliveries,
     hand_back,
-    pull_consumer,
-    settle_delivery,
-    stream_seq,
-    work_and_tick,
+    settle,
 )
+from lodestream.eventlog.pull import PullLoop, pull_consumer, stream_seq, work_and_tick
+from lodestream.eventlog.transient import transient
 from lodestream.platform_adapters.errors import (
     InvalidSubmission,
     NotSupported,
@@ -70,7 +72,7 @@ from lodestream.platform_adapters.errors import (
 from lodestream.platform_adapters.schedulers.base import BatchRecord, BatchRequest, Scheduler
 from lodestream.schemas.batch import BatchView, apply_batch, fold_batch
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.errors import Untrusted
+from lodestream.schemas.errors import Untrusted, first_line
 from lodestream.schemas.events import BatchJobRequested
 from lodestream.schemas.topology import SCHED
 from lodestream.schemas.trust import check_own_site, event_from_message
@@ -98,7 +100,7 @@ class SchedulerStats:
     cancelled: int = 0
     synced: int = 0  # queued, running and finished events appended
     scheduler_errors: int = 0
-    skipped: int = 0  # deliveries the shared rule refused
+    deliveries: Tally = field(default_factory=Tally)  # refused, retried, failed
 
 
 class PilotScheduler:
@@ -121,6 +123,10 @@ class PilotScheduler:
         self._retry_s = retry_s
         self.tracked: dict[uuid.UUID, Tracked] = {}
         self.stats = SchedulerStats()
+        # ``handle`` settles or holds each delivery itself; the kernel terms what the shared
+        # rule refuses and hands back what met NATS away.
+        self.consume = deliveries(self.handle, "scheduler", retry_s=retry_s,
+                                  tally=self.stats.deliveries)  # fmt: skip
         self.appended = 0  # events this module put on the log
 
     # --- the loop ---------------------------------------------------------------------------
@@ -128,25 +134,12 @@ class PilotScheduler:
     async def run(self, stop: asyncio.Event) -> None:
         sub = await pull_consumer(self._js, SCHED.stream, self._durable)
         pulling = PullLoop(sub, name="scheduler", batch=16, timeout_s=0.5)
-        handle = each_message(self._deliver, "scheduler")
         try:
-            await work_and_tick(pulling, handle, self.sync, self._cfg.sync_interval_s, stop)
+            await work_and_tick(pulling, self.consume, self.sync, self._cfg.sync_interval_s, stop)
         finally:
             await hand_back(sub, self._held(), "scheduler")
             self.tracked.clear()
             log.info("scheduler stops: %s", self.stats)
-
-    async def _deliver(self, msg: Any) -> None:
-        try:
-            await self.handle(msg)
-        except Untrusted as exc:
-            self.stats.skipped += 1
-            log.warning("scheduler: skipped delivery on %s: %s", msg.subject, exc)
-            await settle_delivery(msg.term(), "scheduler")
-        except (nats.errors.Error, EventLogError, TimeoutError) as exc:
-            log.warning("scheduler: %s not handled (%s); again in %g s", msg.subject,
-                        exc or type(exc).__name__, self._retry_s)  # fmt: skip
-            await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
 
     async def handle(self, msg: Any) -> None:
         """Act on one delivery of ``sched-<site>``; :class:`Untrusted` if it is no work here."""
@@ -173,12 +166,12 @@ class PilotScheduler:
         assert view is not None
         match decide.on_request(view):
             case RequestStep.DONE:
-                await settle_delivery(msg.ack(), "scheduler")
+                await settle(msg, ACK, "scheduler")
             case RequestStep.TRACK:
                 self.tracked[view.id] = Tracked(view, msg)
             case RequestStep.END_UNSUBMITTED:
                 await self._append(decide.ended_unsubmitted(view), view)
-                await settle_delivery(msg.ack(), "scheduler")
+                await settle(msg, ACK, "scheduler")
             case RequestStep.SUBMIT:
                 await self._submit(view, msg)
 
@@ -189,7 +182,7 @@ class PilotScheduler:
             found = await self._find_at_scheduler(view.id) if tries > 1 else None
         except SchedulerError as exc:
             self._scheduler_error(f"looking for batch job {view.id}", exc)
-            await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
+            await settle(msg, Nak(self._retry_s), "scheduler")
             return
         if found is not None:
             log.info("scheduler: batch job %s was submitted as %s before; adopted", view.id, found)
@@ -201,18 +194,18 @@ class PilotScheduler:
                 log.warning("scheduler: batch job %s not submitted (%s); try %d of %d in %g s",
                             view.id, outcome.reason, tries, MAX_SUBMIT_TRIES,
                             self._retry_s)  # fmt: skip
-                await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
+                await settle(msg, Nak(self._retry_s), "scheduler")
                 return
             outcome = _Refused(f"{outcome.reason} (after {tries} tries)")
         if isinstance(outcome, _Refused):
             log.warning("scheduler: batch job %s refused: %s", view.id, outcome.reason)
             await self._append(decide.submit_failed(view, outcome.reason), view)
             self.stats.submit_failed += 1
-            await settle_delivery(msg.ack(), "scheduler")
+            await settle(msg, ACK, "scheduler")
             return
         landed = await self._record_submission(view, outcome)
         if landed is None or landed.final:
-            await settle_delivery(msg.ack(), "scheduler")
+            await settle(msg, ACK, "scheduler")
         else:
             self.tracked[view.id] = Tracked(landed, msg)
 
@@ -308,9 +301,9 @@ class PilotScheduler:
                 await self._append(decide.ended_unsubmitted(view, note), view)
         except SchedulerError as exc:
             self._scheduler_error(f"deleting batch job {view.id}", exc)
-            await settle_delivery(msg.nak(delay=self._retry_s), "scheduler")
+            await settle(msg, Nak(self._retry_s), "scheduler")
             return
-        await settle_delivery(msg.ack(), "scheduler")
+        await settle(msg, ACK, "scheduler")
 
     # --- syncs ------------------------------------------------------------------------------
 
@@ -318,9 +311,7 @@ class PilotScheduler:
         """Append what changed at the scheduler for every active batch job; never raises
         for a scheduler or NATS failure (logged, counted, tried again next time)."""
         for tracked in self.tracked.values():
-            await settle_delivery(
-                tracked.msg.in_progress(), "scheduler"
-            )  # still ours: no redelivery
+            await settle(tracked.msg, HOLD, "scheduler")  # still ours: no redelivery
         ids = [t.view.scheduler_id for t in self.tracked.values() if t.view.scheduler_id]
         if not ids:
             return
@@ -334,9 +325,10 @@ class PilotScheduler:
                 await self._sync_one(batch_id, tracked, statuses)
             except SchedulerError as exc:
                 self._scheduler_error(f"accounting of batch job {batch_id}", exc)
-            except (nats.errors.Error, EventLogError, TimeoutError) as exc:
-                log.warning("scheduler: sync of batch job %s: %s", batch_id,
-                            exc or type(exc).__name__)  # fmt: skip
+            except Exception as exc:  # one batch job's NATS outage must not stop the others'
+                if not transient(exc):
+                    raise
+                log.warning("scheduler: sync of batch job %s: %s", batch_id, first_line(exc))
 
     async def _sync_one(self, batch_id: uuid.UUID, tracked: Tracked, statuses: Any) -> None:
         scheduler_id = tracked.view.scheduler_id
@@ -365,7 +357,7 @@ class PilotScheduler:
         if view.final:
             log.info("scheduler: batch job %s ended: %s", batch_id, view.state)
             del self.tracked[batch_id]
-            await settle_delivery(tracked.msg.ack(), "scheduler")
+            await settle(tracked.msg, ACK, "scheduler")
 
     async def _accounting(self, scheduler_id: str) -> BatchRecord | None:
         try:
@@ -388,9 +380,8 @@ class PilotScheduler:
         deletion request), unless it already landed or the batch job ended.
         """
         for _ in range(REBASES):
-            try:
-                appended = await self._log.append(append.event, expect=append.expect)
-            except ConflictError:
+            appended = await commit_one(self._log, append)
+            if appended is None:  # lost the compare-and-set: the batch job moved on
                 fresh = await self._view(view.id)
                 if fresh is None or not rebase or fresh.final:
                     return fresh

@@ -47,24 +47,24 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-import nats.errors
-
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers import plan
 from lodestream.agents.site.transfers.history import ItemView, read_item
 from lodestream.agents.site.transfers.locations import BackendBuilder, Backends
 from lodestream.agents.site.transfers.stage_cache import StageCache, cache_key
 from lodestream.agents.site.transfers.tracking import Held, InFlight, TransferStats
-from lodestream.eventlog import ConflictError, EventLog, EventLogError
-from lodestream.eventlog.pull import (
-    PullLoop,
-    each_message,
+from lodestream.eventlog import EventLog
+from lodestream.eventlog.kernel import (
+    ACK,
+    HOLD,
+    Append,
+    commit_one,
+    deliveries,
     hand_back,
-    pull_consumer,
-    settle_delivery,
-    stream_seq,
-    work_and_tick,
+    settle,
 )
+from lodestream.eventlog.pull import PullLoop, pull_consumer, stream_seq, work_and_tick
+from lodestream.eventlog.transient import transient
 from lodestream.platform_adapters.transfers.base import (
     ConsentRequired,
     TaskStatus,
@@ -74,7 +74,7 @@ from lodestream.platform_adapters.transfers.base import (
     UnknownTask,
 )
 from lodestream.schemas.envelope import Event
-from lodestream.schemas.errors import Untrusted
+from lodestream.schemas.errors import Untrusted, first_line
 from lodestream.schemas.events import (
     TransferFailed,
     TransferRequested,
@@ -125,6 +125,10 @@ class TransferModule:
         self._fetching: dict[str, uuid.UUID] = {}
         self._waiting: dict[str, list[uuid.UUID]] = {}
         self.stats = TransferStats()
+        # ``deliver`` holds or settles each delivery itself; the kernel terms what the shared
+        # rule refuses and hands back for 5 s what met NATS away.
+        self.consume = deliveries(self.deliver, "transfers", retry_s=5.0,
+                                  tally=self.stats.deliveries)  # fmt: skip
         self._progress_at = 0.0
 
     @property
@@ -136,38 +140,29 @@ class TransferModule:
     async def run(self, stop: asyncio.Event) -> None:
         sub = await pull_consumer(self._js, XFER.stream, self._durable)
         pulling = PullLoop(sub, name="transfers", batch=256, timeout_s=0.5)
-        handle = each_message(self.deliver, "transfers")
         try:
-            await work_and_tick(pulling, handle, self.cycle, self._cfg.poll_interval_s, stop)
+            await work_and_tick(pulling, self.consume, self.cycle, self._cfg.poll_interval_s, stop)
         finally:
             await hand_back(sub, [held.msg for held in self.held.values()], "transfers")
             await asyncio.to_thread(self.backends.close)
             log.info("transfers stop: %s", self.stats)
 
     async def deliver(self, msg: Any) -> None:
-        """One ``xfer.requested`` delivery: hold it, resume it, or let it go if it has ended."""
-        try:
-            event = _request(msg, self._site)
-        except Untrusted as exc:
-            self.stats.skipped += 1
-            log.warning("transfers: skipped delivery on %s: %s", msg.subject, exc)
-            await settle_delivery(msg.term(), "transfers")
-            return
+        """One ``xfer.requested`` delivery: hold it, resume it, or let it go if it has ended.
+
+        :class:`Untrusted` if it is no work here; NATS errors if the item cannot be read yet.
+        """
+        event = _request(msg, self._site)
         held = self.held.get(event.aggregate_id)
         if held is not None:  # redelivered while held here (a slow cycle): keep the newest
             held.msg = msg
             return
-        try:
-            view = await read_item(self._js, self._site, event.aggregate_id)
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("transfers: cannot read item %s yet (%s)", event.aggregate_id, exc)
-            await settle_delivery(msg.nak(delay=5), "transfers")
-            return
+        view = await read_item(self._js, self._site, event.aggregate_id)
         view = view or ItemView(
             event.aggregate_id, event.data, stream_seq(msg), request_id=event.id
         )
         if view.final:
-            await settle_delivery(msg.ack(), "transfers")
+            await settle(msg, ACK, "transfers")
             return
         held = Held(view, msg)
         self.held[view.id] = held
@@ -185,7 +180,7 @@ class TransferModule:
         if time.monotonic() - self._progress_at >= PROGRESS_EVERY_S:
             self._progress_at = time.monotonic()
             for held in self.held.values():
-                await settle_delivery(held.msg.in_progress(), "transfers")
+                await settle(held.msg, HOLD, "transfers")
 
     # --- submitting -------------------------------------------------------------------------
 
@@ -455,21 +450,23 @@ class TransferModule:
 
     async def _release(self, held: Held) -> None:
         self.held.pop(held.view.id, None)
-        await settle_delivery(held.msg.ack(), "transfers")
+        await settle(held.msg, ACK, "transfers")
 
     async def _append(self, held: Held, event: Event) -> bool:
         """Append on the item's last event; False if the item moved on (then it is re-read)."""
         try:
-            appended = await self._log.append(event, expect=held.view.last_seq)
-        except ConflictError:
+            appended = await commit_one(self._log, Append(event, held.view.last_seq))
+        except Exception as exc:  # NATS away: the next cycle decides again
+            if not transient(exc):
+                raise
+            log.warning("transfers: could not append %s: %s", event.type, first_line(exc))
+            return False
+        if appended is None:  # lost the compare-and-set: the item moved on
             fresh = await read_item(self._js, self._site, held.view.id)
             if fresh is None or fresh.final:
                 await self._release(held)  # someone else ended it
             else:
                 held.view = fresh
-            return False
-        except EventLogError as exc:  # NATS away: the next cycle decides again
-            log.warning("transfers: could not append %s: %s", event.type, exc)
             return False
         held.view = replace(held.view, last_seq=appended.seq)
         return True
