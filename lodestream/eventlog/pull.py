@@ -24,6 +24,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, Protocol, TypeVar
 
+import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
@@ -35,6 +36,9 @@ log = logging.getLogger(__name__)
 
 STATUS = "Status"
 _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consumer changed
+# No responders: the consumer does not exist (yet: a pilot started as its site is being
+# registered, before the controller made the site's consumers). The request is gone at once.
+NO_CONSUMER = "503"
 
 
 class PullConsumer:
@@ -45,6 +49,7 @@ class PullConsumer:
         self._sub: Any = None
         self._remaining = 0  # messages the open pull request may still deliver
         self._open_until = 0.0
+        self._no_consumer = False  # the last request was answered "no responders"
 
     @classmethod
     def on(cls, js: Any, stream: str, durable: str) -> PullConsumer:
@@ -86,6 +91,12 @@ class PullConsumer:
             if self._is_data(first):
                 msgs.append(first)
             msgs += self._drain(queue, batch - len(msgs))
+        if not msgs and self._no_consumer:
+            # Raised, not an empty batch: the pull loop waits before asking again, instead
+            # of asking in a tight loop (and, before this, waited out the request's expiry
+            # and a second more, which held a pilot's first job ~1.3 s).
+            self._no_consumer = False
+            raise nats.errors.NoRespondersError
         return msgs
 
     def _drain(self, queue: asyncio.Queue[Msg], limit: int) -> list[Msg]:
@@ -106,6 +117,9 @@ class PullConsumer:
             self._remaining -= 1
         elif msg.headers and msg.headers.get(STATUS) in _ENDS_REQUEST:
             self._remaining = 0
+        elif msg.headers and msg.headers.get(STATUS) == NO_CONSUMER:
+            self._remaining = 0
+            self._no_consumer = True
 
     @staticmethod
     def _is_data(msg: Msg) -> bool:

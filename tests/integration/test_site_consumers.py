@@ -12,6 +12,8 @@ import uuid
 from dataclasses import replace
 from typing import Any
 
+import nats.errors
+import pytest
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -54,6 +56,27 @@ async def test_an_older_launch_filter_is_widened_in_place(js: JetStreamContext) 
     # The consumer had not passed ``before`` yet, so the wider filter delivers it too (a
     # pilot acks it: it is not created runnable).
     assert delivered == [before.aggregate_id, after.aggregate_id]
+
+
+async def test_a_reader_started_before_its_consumer_exists_reads_once_it_does(
+    js: JetStreamContext,
+) -> None:
+    """A pilot may start as its site is being registered, before the controller made the
+    site's consumers. The server answers such a pull request "no responders" at once; the
+    reader must say so (the pull loop then waits a moment) and ask again on its next fetch,
+    not hold an answered request open until its expiry (a pilot's first job waited ~1.3 s)."""
+    sub = await pull_consumer(js, LAUNCH.stream, LAUNCH.durable(SITE))
+    with pytest.raises(nats.errors.NoRespondersError):
+        await sub.fetch(1, timeout=5)
+    await ensure_site_consumers(js, SITE)
+    job = JobCreated.create(
+        site=SITE, aggregate_id=uuid.uuid4(), actor=f"user:{OWNER}",
+        data=CreatedData(site=SITE, app="demo", workdir="w", skipped=CREATED_RUNNABLE),
+    )  # fmt: skip
+    await EventLog(js).append(job, expect=0)
+    msgs = await sub.fetch(1, timeout=5)  # a new request: the first was answered
+    assert [event_from_message(m.subject, m.data).aggregate_id for m in msgs] == [job.aggregate_id]
+    await sub.stop()
 
 
 async def _hold_one(js: JetStreamContext) -> tuple[PullConsumer, Msg, asyncio.Task[Any]]:
