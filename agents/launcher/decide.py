@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from lodestream.agents.launcher.report import Tally
+from lodestream.agents.launcher.report import ExitReason, Tally
 from lodestream.agents.site.apps.pyrun import parse_result
 from lodestream.agents.site.settings import JobMode
 from lodestream.platform_adapters.packing import Allocation, JobRequest
@@ -407,11 +407,12 @@ WALL_TIME_MARGIN_S = 60.0
 """A stop signal this close to the batch job's end is the scheduler enforcing its wall time."""
 
 
-def batch_verdict(reason: str, remaining_s: float) -> str:
+def batch_verdict(reason: ExitReason, remaining_s: float) -> str:
     """What ended the pilot's batch job, as far as the pilot can tell when it drains."""
-    if reason == "wall time reached" or (reason == "stopped" and remaining_s <= WALL_TIME_MARGIN_S):
+    stopped = reason is ExitReason.STOPPED
+    if reason is ExitReason.WALL_TIME or (stopped and remaining_s <= WALL_TIME_MARGIN_S):
         return SchedulerState.WALLTIME_EXPIRED.value
-    if reason == "stopped":
+    if stopped:
         return "told to stop (deleted, preempted or shut down)"
     return f"its pilot exits ({reason})"
 
@@ -419,7 +420,7 @@ def batch_verdict(reason: str, remaining_s: float) -> str:
 def drained(
     item: WorkItem,
     session_id: uuid.UUID,
-    reason: str,
+    reason: ExitReason,
     return_code: int | None,
     *,
     batch: PilotBatch | None = None,
@@ -438,7 +439,7 @@ def drained(
 
 
 def _drain_cause(
-    session_id: uuid.UUID, reason: str, batch: PilotBatch | None, remaining_s: float
+    session_id: uuid.UUID, reason: ExitReason, batch: PilotBatch | None, remaining_s: float
 ) -> tuple[str, ...]:
     """The pilot's link of the cause chain, and its batch job's when it runs in one."""
     cause = [f"launcher {session_id} drained: {reason}"]
@@ -497,7 +498,7 @@ def ended_with_pilot(
     (:func:`ended_by_stop`): RUN_TIMEOUT with the cause chain, as if the drain had stopped
     it, never a run error that spends the job's retry budget."""
     first = f"the task ended (return code {return_code}) as its pilot was told to stop"
-    cause = (first, *_drain_cause(session_id, "stopped", batch, remaining_s))
+    cause = (first, *_drain_cause(session_id, ExitReason.STOPPED, batch, remaining_s))
     data = RunResultData(return_code=return_code, cause=cause, work=item.spec,
                          attempt=item.attempt)  # fmt: skip
     return Outcome(JobRunTimedOut, data, Tally.TIMED_OUT)

@@ -62,7 +62,7 @@ from lodestream.agents.launcher.errors import ExpiredBeforeOpened
 from lodestream.agents.launcher.jobs import job_start, make_workdir, run_end
 from lodestream.agents.launcher.reads import created_spec
 from lodestream.agents.launcher.refusals import note_refusal
-from lodestream.agents.launcher.report import LauncherReport
+from lodestream.agents.launcher.report import ExitReason, LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.tasks import Reaper, Tracked
@@ -224,7 +224,7 @@ class Launcher:
             if self.session.lost:
                 self._kill_all("session lost: the controller expired it")
             elif self._revoked:
-                self.report.exit_reason = "credential revoked"
+                self.report.exit_reason = ExitReason.REVOKED
                 self._kill_all("the site's credential was revoked: nothing can be reported")
             else:
                 await self._drain(self.report.exit_reason)
@@ -255,7 +255,7 @@ class Launcher:
                     subs.append(await self._nc.subscribe(subject, cb=peers.on_message))
         return subs
 
-    async def _open(self, stop: asyncio.Event) -> str | None:
+    async def _open(self, stop: asyncio.Event) -> ExitReason | None:
         """Open the session, retrying (logged, with backoff); else why it was not opened."""
         nodes = [NodeInfo(hostname=n.hostname, cores=max(len(n.cpu_ids), 1), gpus=len(n.gpu_ids))
                  for n in self._nodes]  # fmt: skip
@@ -282,9 +282,9 @@ class Launcher:
                 continue
             except ConflictError:  # a fresh random id already in use: nothing to retry
                 log.exception("launcher: cannot open session %s", self.session.id)
-                return "session refused"
+                return ExitReason.SESSION_REFUSED
             if opened is None:
-                return "stopped" if stop.is_set() else "wall time reached"
+                return ExitReason.STOPPED if stop.is_set() else ExitReason.WALL_TIME
             return None
 
     async def _beating(self, opening: Awaitable[bool | None]) -> bool | None:
@@ -309,20 +309,20 @@ class Launcher:
         tasks (their results could never be appended) and stops retrying appends."""
         self._revoked = True
 
-    async def _lease_loop(self, stop: asyncio.Event) -> str:
+    async def _lease_loop(self, stop: asyncio.Event) -> ExitReason:
         sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._site))
         pulling = PullLoop(sub, name="launcher", batch=self._fetch_size, timeout_s=_fetch_wait_s)
         idle_since = time.monotonic()
         try:
             while not stop.is_set():
                 if self.session.lost:
-                    return "session lost"
+                    return ExitReason.SESSION_LOST
                 if self.session.remaining_min() <= 0:
-                    return "wall time reached"
+                    return ExitReason.WALL_TIME
                 if self._jobs:
                     idle_since = time.monotonic()
                 elif time.monotonic() - max(idle_since, self._idle_from) > self._idle_ttl_s:
-                    return "idle"
+                    return ExitReason.IDLE
                 if self.session.lapsed:
                     # Unacknowledged heartbeats for a TTL: lease nothing until we know whether
                     # the controller expired us. Running tasks go on meanwhile.
@@ -334,7 +334,7 @@ class Launcher:
                         await asyncio.wait_for(self._freed.wait(), 0.5)
                     continue
                 await self._fetch_and_offer(pulling)
-            return "stopped"
+            return ExitReason.STOPPED
         finally:
             with contextlib.suppress(nats.errors.Error):
                 await sub.stop()
@@ -720,7 +720,7 @@ class Launcher:
                 return True
         return False
 
-    async def _drain(self, reason: str) -> None:
+    async def _drain(self, reason: ExitReason) -> None:
         """Kill what still runs and record it as RUN_TIMEOUT, chained on our lease."""
         self._draining = True
         # A drain has a TTL to report: after that the lease expires and the controller does it.
@@ -739,7 +739,7 @@ class Launcher:
         )
 
     async def _report_drained(
-        self, tracked: Tracked, item: WorkItem, expect: int, reason: str
+        self, tracked: Tracked, item: WorkItem, expect: int, reason: ExitReason
     ) -> None:
         outcome = decide.drained(
             item, self.session.id, reason, tracked.task.returncode, batch=self._batch,

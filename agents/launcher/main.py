@@ -19,6 +19,7 @@ from lodestream.agents.launcher.launcher import Launcher, LauncherReport
 from lodestream.agents.launcher.peers import PeerCaches
 from lodestream.agents.launcher.plan import PilotPlan, plan_pilot
 from lodestream.agents.launcher.probe import probe_world, refusal_reason
+from lodestream.agents.launcher.report import ExitReason
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.warm import WarmPool
@@ -89,7 +90,7 @@ async def run(
     if nc is None:
         if watch.revoked:
             raise watch.error()
-        reason = "stopped" if stop.is_set() else "wall time reached"
+        reason = ExitReason.STOPPED if stop.is_set() else ExitReason.WALL_TIME
         log.warning("launcher exits before reaching NATS (%s)", reason)
         return LauncherReport(exit_reason=reason)
     try:
@@ -188,7 +189,7 @@ def _revoke(launcher: Launcher, stop: asyncio.Event) -> None:
 
 
 def leave_verdict(
-    settings: SiteSettings, batch_job_id: uuid.UUID, reason: str, remaining_s: float
+    settings: SiteSettings, batch_job_id: uuid.UUID, reason: ExitReason, remaining_s: float
 ) -> None:
     """Tell the site agent that this pilot ended its batch job at its wall time: it exits 0
     ahead of the scheduler's kill, and the scheduler records a completed job

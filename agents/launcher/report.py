@@ -14,6 +14,19 @@ class Tally(StrEnum):
     TIMED_OUT = "timed_out"
 
 
+class ExitReason(StrEnum):
+    """Why a pilot stopped leasing: in its report, its session's close and its log line, and
+    what its batch job's verdict is read from (``decide.batch_verdict``)."""
+
+    STOPPED = "stopped"  # told to (SIGTERM: the user, the site agent or the scheduler)
+    WALL_TIME = "wall time reached"  # its own wall time ran out
+    IDLE = "idle"  # nothing to run for idle_ttl_s
+    SESSION_LOST = "session lost"  # the controller expired its session
+    SESSION_REFUSED = "session refused"  # the session could not be opened
+    REVOKED = "credential revoked"  # the site's credential no longer works
+    NOT_STARTED = ""  # not decided yet
+
+
 @dataclass(slots=True)
 class LauncherReport:
     started: int = 0
@@ -34,7 +47,7 @@ class LauncherReport:
     cache_bytes_copied: int = 0
     filtered: int = 0  # deliveries outside this pilot's tag filter, handed back unleased
     kept: int = 0  # results the hub did not answer for, kept at the site's leaf node
-    exit_reason: str = ""
+    exit_reason: ExitReason = ExitReason.NOT_STARTED
 
     def count(self, tally: Tally) -> None:
         """One more result of the kind ``tally`` landed on the log."""

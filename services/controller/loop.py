@@ -42,7 +42,16 @@ from lodestream.schemas.events import (
     AppRegistered,
     AppRemoved,
     AppUpdated,
+    JobAwaitingParents,
     JobCreated,
+    JobFailed,
+    JobFinished,
+    JobKilled,
+    JobPostprocessed,
+    JobReady,
+    JobReset,
+    JobRunDone,
+    JobStagedOut,
     SiteRegistered,
     SiteRemoved,
 )
@@ -345,35 +354,36 @@ class Controller:
         )  # fmt: skip
 
     async def _follow_up(self, seq: int, event: Event, spec: JobSpec) -> list[Append]:
-        app = self._app(spec)
-        if event.type == "job.awaiting_parents":
-            parents = await self._reads.states(list(spec.parent_ids))
-            return decide.on_created_or_waiting(
-                event, event.aggregate_id, seq, spec, app, parents=parents, waiting=True
-            )
-        if event.type in FINAL_EVENTS:
-            if not self._is_awaited(event.aggregate_id):
-                return []
-            children = await self._reads.waiting_children(event.aggregate_id)
-            wanted = sorted({p for _, _, child in children for p in child.parent_ids})
-            parents = await self._reads.states(wanted)
-            return decide.on_parent_done(event, children, parents, self._apps)
-        simple = {
-            "job.run_done": lambda: decide.on_run_done(event, seq, spec, app),
-            "job.postprocessed": lambda: (
-                decide.on_postprocessed(event, seq, spec, app)
-                + staging.request_items(event, event.aggregate_id, spec, app, "out")
-            ),
-            "job.staged_out": lambda: decide.on_staged_out(event, seq, spec),
-            # READY with files to stage in: the step begins (advance() leaves such a job).
-            "job.ready": lambda: staging.request_items(event, event.aggregate_id, spec, app, "in"),
-            "job.reset": lambda: (
-                decide.advance(event, event.aggregate_id, seq, spec, app, from_ready=True)
-                + staging.request_items(event, event.aggregate_id, spec, app, "in")
-            ),
-        }
-        handler = simple.get(event.type)
-        return handler() if handler else []
+        """What follows a step of a job the controller knows; dispatched on the event's class."""
+        app, job = self._app(spec), event.aggregate_id
+        out: list[Append] = []
+        match event:
+            case JobAwaitingParents():
+                parents = await self._reads.states(list(spec.parent_ids))
+                out = decide.on_created_or_waiting(
+                    event, job, seq, spec, app, parents=parents, waiting=True
+                )
+            case JobFinished() | JobFailed() | JobKilled() if self._is_awaited(job):
+                out = await self._parent_done(event)
+            case JobRunDone():
+                out = decide.on_run_done(event, seq, spec, app)
+            case JobPostprocessed():
+                out = decide.on_postprocessed(event, seq, spec, app)
+                out += staging.request_items(event, job, spec, app, "out")
+            case JobStagedOut():
+                out = decide.on_staged_out(event, seq, spec)
+            case JobReset():
+                out = decide.advance(event, job, seq, spec, app, from_ready=True)
+                out += staging.request_items(event, job, spec, app, "in")
+            case JobReady():  # READY with files to stage in: the step begins (advance() leaves it)
+                out = staging.request_items(event, job, spec, app, "in")
+        return out
+
+    async def _parent_done(self, event: Event) -> list[Append]:
+        children = await self._reads.waiting_children(event.aggregate_id)
+        wanted = sorted({p for _, _, child in children for p in child.parent_ids})
+        parents = await self._reads.states(wanted)
+        return decide.on_parent_done(event, children, parents, self._apps)
 
     async def _settle_transfer(self, event: Event) -> list[Append]:
         """An item settled (its site wrote it; the projector has folded it): end its step?"""

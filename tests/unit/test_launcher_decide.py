@@ -25,7 +25,7 @@ from lodestream.agents.launcher.decide import (
     Redelivery,
     RunEnd,
 )
-from lodestream.agents.launcher.report import LauncherReport, Tally
+from lodestream.agents.launcher.report import ExitReason, LauncherReport, Tally
 from lodestream.agents.launcher.work import WorkItem
 from lodestream.agents.site.settings import JobMode
 from lodestream.platform_adapters.compute.base import NodePlacement
@@ -501,7 +501,7 @@ def test_a_task_whose_runner_was_lost_timed_out_whatever_its_status(code: int) -
 
 @pytest.mark.parametrize("code", [None, -15, 0])
 def test_a_drained_task_timed_out_with_the_launchers_reason(code: int | None) -> None:
-    outcome = decide.drained(item(attempt=2), SESSION, "wall time reached", code)
+    outcome = decide.drained(item(attempt=2), SESSION, ExitReason.WALL_TIME, code)
     assert (outcome.kind, outcome.tally) == (JobRunTimedOut, Tally.TIMED_OUT)
     assert outcome.data == RunResultData(
         return_code=code,
@@ -529,7 +529,8 @@ def test_a_pilot_in_a_batch_job_names_it_in_the_cause_chain(
     reason: str, remaining_s: float, verdict: str
 ) -> None:
     batch = decide.PilotBatch(BATCH, "slurm", "1234")
-    outcome = decide.drained(item(), SESSION, reason, -15, batch=batch, remaining_s=remaining_s)
+    outcome = decide.drained(item(), SESSION, ExitReason(reason), -15, batch=batch,
+                             remaining_s=remaining_s)  # fmt: skip
     assert isinstance(outcome.data, RunResultData)
     assert outcome.data.cause == (
         f"launcher {SESSION} drained: {reason}",
@@ -599,7 +600,7 @@ def test_a_task_that_died_with_its_stopped_pilot_timed_out_with_the_cause_chain(
 
 
 def test_a_pilot_that_cannot_tell_its_scheduler_id_names_the_batch_job_alone() -> None:
-    outcome = decide.drained(item(), SESSION, "wall time reached", None,
+    outcome = decide.drained(item(), SESSION, ExitReason.WALL_TIME, None,
                              batch=decide.PilotBatch(BATCH))  # fmt: skip
     assert isinstance(outcome.data, RunResultData)
     assert outcome.data.cause[-1] == f"batch job {BATCH}: walltime_expired"

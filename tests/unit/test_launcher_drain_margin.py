@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lodestream.agents.launcher.main import DRAIN_MARGIN_S, drain_margin_s, leave_verdict
+from lodestream.agents.launcher.report import ExitReason
 from lodestream.agents.site.scheduler.pilot_end import pilot_end_path, read_pilot_end
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.schemas.resources import SchedulerState
@@ -50,6 +51,6 @@ def test_a_pilot_that_ends_at_its_wall_time_says_so_for_its_batch_job(
         {"site": "alpha", "nats": {"url": "wss://127.0.0.1:1"}, "directory": tmp_path}
     )
     batch = uuid.uuid4()
-    leave_verdict(settings, batch, reason, remaining_s)
+    leave_verdict(settings, batch, ExitReason(reason), remaining_s)
     path = pilot_end_path(tmp_path / "batch", batch)
     assert read_pilot_end(path) is (SchedulerState.WALLTIME_EXPIRED if left else None)
