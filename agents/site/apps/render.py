@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import shlex
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -145,13 +146,30 @@ def render_exec(app_cls: type[ApplicationDefinition], job: JobContext) -> ExecFo
     return render_job(app_cls, job).direct
 
 
+# Per class, and no longer than the class lives (an app reloaded from a changed file is a
+# new class; the old one goes with its module).
+_APPS_DIRS: weakref.WeakKeyDictionary[type[ApplicationDefinition], Path] = (
+    weakref.WeakKeyDictionary()
+)
+
+
 def apps_dir_of(app_cls: type[ApplicationDefinition]) -> Path:
+    """The folder of the file that defined ``app_cls`` (pyrun imports the apps from there).
+
+    Cached: resolving the path costs a system call per component, 0.2-0.4 ms of a pilot's
+    time for every function job in its profile, and a class's file does not move.
+    """
+    known = _APPS_DIRS.get(app_cls)
+    if known is not None:
+        return known
     try:
-        return Path(inspect.getfile(app_cls)).resolve().parent
-    except (TypeError, OSError) as exc:
+        path = Path(inspect.getfile(app_cls))
+    except TypeError as exc:
         raise AppDefinitionError(
             f"{app_cls.spec.name} was not loaded from a file; load it with load_apps()"
         ) from exc
+    where = _APPS_DIRS[app_cls] = path.resolve().parent
+    return where
 
 
 def _names(names: list[str]) -> str:
