@@ -37,10 +37,9 @@ import random
 import socket
 import time
 import uuid
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable
 from dataclasses import replace
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Final
 
 import nats.errors
@@ -49,15 +48,15 @@ from nats.js import JetStreamContext
 
 from lodestream.agents.launcher import decide
 from lodestream.agents.launcher.appends import KEPT, append_or_keep, append_patiently
+from lodestream.agents.launcher.config import PilotConfig, PilotParts
 from lodestream.agents.launcher.decide import (
     AfterStart,
     Offer,
     Outcome,
     Redelivery,
     Refusal,
-    SiteShape,
 )
-from lodestream.agents.launcher.diffusion import Diffusion, count
+from lodestream.agents.launcher.diffusion import count
 from lodestream.agents.launcher.errors import ExpiredBeforeOpened
 from lodestream.agents.launcher.jobs import job_start, make_workdir, run_end
 from lodestream.agents.launcher.reads import created_spec
@@ -66,7 +65,6 @@ from lodestream.agents.launcher.report import ExitReason, LauncherReport
 from lodestream.agents.launcher.session import LauncherSession
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.tasks import Reaper, Tracked
-from lodestream.agents.launcher.warm import WarmPool
 from lodestream.agents.launcher.watch import JobWatch
 from lodestream.agents.launcher.work import (
     JobKey,
@@ -75,15 +73,13 @@ from lodestream.agents.launcher.work import (
     WorkItem,
     work_item,
 )
-from lodestream.agents.site.apps import ApplicationDefinition, to_app_model
+from lodestream.agents.site.apps import to_app_model
 from lodestream.agents.site.retry import retry_until, stopped_within
 from lodestream.agents.site.settings import JobMode
 from lodestream.eventlog import ConflictError, EventLog
 from lodestream.eventlog.kernel import ACK, TERM, Nak, deliveries, settle
-from lodestream.eventlog.outbox import Outbox
 from lodestream.eventlog.pull import PullLoop, pull_consumer
 from lodestream.eventlog.transient import transient
-from lodestream.platform_adapters.compute.base import NodeSpec
 from lodestream.platform_adapters.errors import ResourceError, StartFailed
 from lodestream.platform_adapters.launchers.base import AppLauncher, RunningTask, TaskSpec
 from lodestream.platform_adapters.packing import Allocation, JobRequest, NodePacker
@@ -118,59 +114,40 @@ class Launcher:
     def __init__(
         self,
         js: JetStreamContext,
-        *,
-        site: str,
         session: LauncherSession,
-        apps: dict[str, type[ApplicationDefinition]],
-        app_launcher: AppLauncher,
-        nodes: list[NodeSpec],
-        data_dir: Path,
-        idle_ttl_s: float,
-        max_fetch: int = 256,
-        base_env: Mapping[str, str] | None = None,
+        pilot: PilotConfig,
+        parts: PilotParts,
+        *,
         nc: Any = None,
-        mode: JobMode = "serial",
-        site_shape: SiteShape | None = None,
-        batch: decide.PilotBatch | None = None,
-        diffusion: Diffusion | None = None,
-        filter_tags: Mapping[str, str] | None = None,
-        outbox: Outbox | None = None,
-        mpi_broken: str | None = None,
-        warm: WarmPool | None = None,
     ) -> None:
         self._js = js
-        # At a leaf-node site, where results the hub does not answer for are kept.
-        self._outbox = outbox
+        self._outbox = parts.outbox
         self._nc = nc
         self._log = EventLog(js)
-        self._site = site
+        self._site = pilot.site
         self.session = session
-        self._apps = apps
+        self._apps = parts.apps
         # Their published interface: which steps follow a run (shared with the controller).
-        self._app_models = {name: to_app_model(cls, site) for name, cls in apps.items()}
-        self._app_launcher = app_launcher
-        self._nodes = nodes
-        self._packer = NodePacker(nodes)
-        self._mode: JobMode = mode
-        self._site_shape = site_shape or SiteShape()
-        # Why this pilot's MPI launcher starts no one world (its probe), or None: MPI jobs
-        # are then failed with it, serial ones still run.
-        self._mpi_broken = mpi_broken
+        self._app_models = {name: to_app_model(cls, pilot.site) for name, cls in parts.apps.items()}
+        self._app_launcher = parts.app_launcher
+        self._nodes = pilot.nodes
+        self._packer = NodePacker(pilot.nodes)
+        self._mode: JobMode = pilot.mode
+        self._site_shape = pilot.site_shape
+        self._mpi_broken = pilot.mpi_broken
         self._refusals_logged: set[JobKey] = set()
         # Only jobs whose tags include all of these are leased here; empty: every job.
-        self._filter_tags = dict(filter_tags or {})
+        self._filter_tags = dict(pilot.filter_tags)
         self._hand_backs_logged: set[JobKey] = set()
-        self._data_dir = data_dir
-        self._idle_ttl_s = idle_ttl_s
+        self._data_dir = pilot.data_dir
+        self._idle_ttl_s = pilot.idle_ttl_s
         self._idle_from = 0.0  # monotonic: not idle before a deferred retry falls due
-        self._max_fetch = max_fetch
-        self._base_env = dict(base_env or {})  # tasks inherit only what the entry point passes
-        self._batch = batch  # the batch job we run in, named in the causes of what we drain
-        self._diffusion = diffusion  # node caches and data-aware dispatch; None: off
+        self._max_fetch = pilot.max_fetch
+        self._base_env = dict(pilot.base_env)
+        self._batch = pilot.batch
+        self._diffusion = parts.diffusion
         self._reaper = Reaper()
-        # Warm Python workers for function apps (agents/launcher/warm/); None: every job is
-        # started by the app launcher.
-        self._warm = warm
+        self._warm = parts.warm
         self._jobs: set[asyncio.Task[None]] = set()
         # What we hold, from the offer until the task is reported: one entry per job.
         self._held: dict[JobKey, WorkItem] = {}
@@ -189,7 +166,7 @@ class Launcher:
         # ``_offer`` settles or holds each delivery itself; the kernel hands back one that
         # met NATS away, and logs (and leaves for redelivery) one that met a bug.
         self._each_delivery = deliveries(self._offer, NAME, retry_s=NAK_DELAY_S)
-        self._watch = JobWatch(js, site, chains=self._chains, stop_task=self._stop_task,
+        self._watch = JobWatch(js, pilot.site, chains=self._chains, stop_task=self._stop_task,
                                report=self.report)  # fmt: skip
 
     # --- lifecycle ------------------------------------------------------------------------

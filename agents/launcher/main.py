@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+from lodestream.agents.launcher.config import PilotConfig, PilotParts
 from lodestream.agents.launcher.decide import PilotBatch, batch_verdict
 from lodestream.agents.launcher.diffusion import Diffusion, build, caches_reachable
 from lodestream.agents.launcher.launcher import Launcher, LauncherReport
@@ -107,15 +108,17 @@ async def run(
         if batch_job_id is not None:  # started by the site's scheduler module for that job
             kind = settings.scheduler.type
             batch = PilotBatch(batch_job_id, kind, own_job_id(kind, os.environ))
-        launcher = Launcher(
-            js, site=settings.site, session=session, apps=apps,
-            app_launcher=plan.app_launcher, nodes=nodes,
-            data_dir=settings.data_dir, idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch,
-            base_env=plan.base_env, nc=nc, mode=plan.mode, site_shape=plan.site_shape,
-            batch=batch, diffusion=_diffusion(settings, plan, session, apps),
-            filter_tags=filter_tags, outbox=outbox, mpi_broken=mpi_broken,
-            warm=_warm_pool(settings, plan),
+        pilot = PilotConfig(
+            site=settings.site, nodes=tuple(nodes), data_dir=settings.data_dir,
+            idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch, base_env=plan.base_env,
+            mode=plan.mode, site_shape=plan.site_shape, batch=batch,
+            filter_tags=dict(filter_tags or {}), mpi_broken=mpi_broken,
         )  # fmt: skip
+        parts = PilotParts(
+            apps=apps, app_launcher=plan.app_launcher, warm=_warm_pool(settings, plan),
+            diffusion=_diffusion(settings, plan, session, apps), outbox=outbox,
+        )  # fmt: skip
+        launcher = Launcher(js, session, pilot, parts, nc=nc)
         link.on_reconnect = launcher.reconnected
         watch.on_revoked = lambda: _revoke(launcher, stop)
         log.info("launcher %s: %s mode, %d nodes, %d apps, app launcher %s, tag filter %s",
