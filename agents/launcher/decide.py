@@ -1,9 +1,10 @@
 """The pilot's decisions: pure functions from what it observed to what it does next.
 
-:mod:`~lodestream.agents.launcher.launcher` fetches, leases, starts, waits and appends;
-every choice in between is made here, from plain values (the work item, the app's
-published steps, a return code, the session's state), so each can be tested without
-NATS or processes:
+:mod:`~lodestream.agents.launcher.launcher` fetches, :mod:`~lodestream.agents.launcher.offering`
+places, :mod:`~lodestream.agents.launcher.running` leases, starts, waits and appends, and
+:mod:`~lodestream.agents.launcher.stopping` drains; every choice in between is made here,
+from plain values (the work item, the app's published steps, a return code, the session's
+state), so each can be tested without NATS or processes:
 
 * whether to place a delivery here (or leave it to another pilot, or to none: it can never
   run at this site), and what to do with a second delivery of a job held;

@@ -15,10 +15,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from lodestream.agents.launcher import launcher as launcher_module
-from lodestream.agents.launcher.launcher import MISSING_CREATED_DELIVERIES
+from lodestream.agents.launcher import running as running_module
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.launcher.reads import created_spec
+from lodestream.agents.launcher.running import MISSING_CREATED_DELIVERIES
 from lodestream.eventlog import EventLog, jetstream
 from lodestream.schemas.codec import encode
 from lodestream.schemas.events import JobKilled, JobPreprocessed, JobReset
@@ -138,7 +138,7 @@ async def test_work_without_a_job_created_is_refused_after_asking_again(
             return None
         return await created_spec(js, site_name, job_id)
 
-    monkeypatch.setattr(launcher_module, "created_spec", lagging_replica)
+    monkeypatch.setattr(running_module, "created_spec", lagging_replica)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         as_site = await connect_site(secure_nats, SITE)

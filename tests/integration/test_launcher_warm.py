@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lodestream.agents.launcher import launcher as launcher_module
+from lodestream.agents.launcher import running as running_module
 from lodestream.agents.launcher.appends import append_or_keep
 from lodestream.agents.launcher.main import run as run_launcher
 from lodestream.agents.site.settings import SiteSettings
@@ -175,7 +175,7 @@ async def test_slots_run_the_next_jobs_while_the_log_takes_the_results(
         await gate.wait()
         return await append_or_keep(*args, **kwargs)
 
-    monkeypatch.setattr(launcher_module, "append_or_keep", held)
+    monkeypatch.setattr(running_module, "append_or_keep", held)
     async with control_plane(secure_nats, database_url) as js:
         await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
         jobs = [job_created(SITE, OWNER, app="pid", workdir=f"p/{i}", node_packing_count=2)
