@@ -12,6 +12,12 @@ what each step cost.
   its pilot's leases in order, first free slot first, as the simulator itself hands them
   out; the pilot's time in the slot besides the process (spawn and report); and *finish*,
   the last result → ``job.finished`` (staging out, postprocessing) or ``job.failed``.
+* **Hand-backs**: a job that waited for room while its pilot had a slot free was fetched
+  and handed back (nak'ed) until a node had room, and leased at one of those offers, not
+  when the room came: its dispatch is only that offer → the lease (the median dispatch of
+  the runs that were not handed back), and the offer's moment is kept as the phase of its
+  hand-back cycle. The cycle's period is the spacing of such leases when it shows (jobs
+  handed back together come back together), else the pilot's :data:`HAND_BACK_S`.
 * **Run times**: each run's process run time (the pilot's profile when it recorded one).
 * **Capacity**: the pilots from their ``session.opened``: their nodes, a slot per core,
   open from their first lease (a pilot's own start is not its first jobs' dispatch delay).
@@ -31,13 +37,20 @@ what each step cost.
 from __future__ import annotations
 
 import bisect
+import itertools
 import statistics
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, replace
 
 from lodestream.client.analytics.simulate.errors import BadScenario, NothingToCalibrate
-from lodestream.client.analytics.simulate.model import Attempt, JobTrace, PilotShape, Storage
+from lodestream.client.analytics.simulate.model import (
+    HAND_BACK_S,
+    Attempt,
+    JobTrace,
+    PilotShape,
+    Storage,
+)
 from lodestream.client.analytics.simulate.recorded import (
     RecordedJob,
     RecordedPilot,
@@ -70,6 +83,8 @@ class Calibration:
     stages: dict[str, float]  # the median of each stage, for the report
     retries: int = 0  # runs beyond each job's first
     dependent: int = 0  # jobs with parents in the recording
+    hand_back_s: float = HAND_BACK_S  # a pilot's hand-back delay (its nak), as recorded
+    handed_back: int = 0  # runs handed back before their lease
 
     @property
     def throughput_per_s(self) -> float:
@@ -87,6 +102,9 @@ def calibrate(recorded: Recording, io: IOModel | None = None) -> Calibration:
     known = {p.session: p for p in recorded.pilots}  # pilots whose nodes' cores are known
     width = {p.session: p.slots_per_node for ps in pilots.values() for p in ps}
     dispatch = _dispatch(jobs, pilots, set(known))
+    back = [d for d in dispatch.values() if d.offered is not None]
+    period = hand_back_period([d.offered for d in back if d.offered is not None])
+    phase = hand_back_phases([d.offered for d in back if d.offered is not None], period)
     moved = _io_bytes(jobs, io) if io is not None else {}
     index = {j.job_id: i for i, j in enumerate(jobs)}
     traces = []
@@ -98,11 +116,12 @@ def calibrate(recorded: Recording, io: IOModel | None = None) -> Calibration:
         for k, run in enumerate(job.runs):
             io_part = io.io_fraction * run.run_s if io is not None else 0.0
             attempts.append(Attempt(
-                dispatch_s=dispatch[(job.job_id, k)], overhead_s=run.held_s - run.run_s,
+                dispatch_s=dispatch[(job.job_id, k)].delay_s,
+                overhead_s=run.held_s - run.run_s,
                 compute_s=run.run_s - io_part, io_bytes=moved.get((job.job_id, k), 0.0),
                 requeue_s=max(run.runnable - before, 0.0) if k else 0.0,
                 backoff_s=max(run.eligible - (run.runnable if k else before), 0.0),
-                order=run.started - t0,
+                order=run.started - t0, offered=_phase(dispatch[(job.job_id, k)], phase, t0),
             ))  # fmt: skip
             before = run.result
         ready = max(job.first_runnable - after, 0.0) if job.runs else 0.0
@@ -131,7 +150,52 @@ def calibrate(recorded: Recording, io: IOModel | None = None) -> Calibration:
         storage=Storage(io.bandwidth) if io is not None else None, stages=stages,
         retries=len(runs) - sum(1 for j in jobs if j.runs),
         dependent=sum(1 for t in traces if t.parents),
+        hand_back_s=period, handed_back=len(back),
     )  # fmt: skip
+
+
+PERIOD_SLACK = 0.05
+
+
+def _phase(run: _Dispatch, phase: dict[float, float], t0: float) -> float | None:
+    return phase[run.offered] - t0 if run.offered is not None else None
+
+
+def hand_back_period(offered: list[float], default: float = HAND_BACK_S) -> float:
+    """The pilots' hand-back delay as the leases of handed-back runs show it, else ``default``.
+
+    Jobs a pilot fetched together and handed back together come back together, every delay
+    plus the redelivery's latency (3 to 4 ms a cycle on a loaded machine: over a few cycles,
+    enough to decide whether a node that frees up just then is seen at the next offer). So
+    such leases are whole cycles apart: each gap within 5 % a cycle of a whole number of
+    ``default`` cycles gives a cycle's length; their median is the delay. Gaps far from it
+    are leases of other cycles' phases and say nothing of the period.
+    """
+    periods = []
+    times = sorted(offered)
+    for gap in (b - a for a, b in itertools.pairwise(times)):
+        cycles = round(gap / default)
+        if cycles >= 1 and abs(gap / cycles - default) <= default * PERIOD_SLACK:
+            periods.append(gap / cycles)
+    return statistics.median(periods) if periods else default
+
+
+def hand_back_phases(offered: list[float], period: float) -> dict[float, float]:
+    """Each offer → the moment of its phase: offers whole periods apart (within 5 % of one)
+    are of jobs a pilot fetched together and handed back together. Replayed, they come
+    back at one instant, in their queue's order (the recorded leases'), not in that of a
+    millisecond of drift of an estimated period; the latest of theirs, moved onto one
+    cycle, so that none is offered before the room it was leased into came."""
+    phases: list[list[tuple[float, float]]] = []  # (offer, moved onto the first's cycle)
+    for at in sorted(offered):
+        for phase in phases:
+            cycles = (at - phase[0][0]) / period
+            if abs(cycles - round(cycles)) <= PERIOD_SLACK:
+                phase.append((at, at - round(cycles) * period))
+                break
+        else:
+            phases.append([(at, at)])
+    return {at: max(m for _, m in phase) for phase in phases for at, _ in phase}
 
 
 def _pilots(
@@ -194,14 +258,22 @@ def _most_at_once(runs: list[RecordedRun]) -> int:
     return max(most, 1)
 
 
+@dataclass(frozen=True, slots=True)
+class _Dispatch:
+    delay_s: float  # room (or eligible) → lease; from the last offer if handed back
+    offered: float | None = None  # that offer (POSIX seconds), if it was handed back
+
+
 def _dispatch(
     jobs: list[RecordedJob], pilots: dict[str, list[RecordedPilot]], known: set[uuid.UUID]
-) -> dict[tuple[uuid.UUID, int], float]:
+) -> dict[tuple[uuid.UUID, int], _Dispatch]:
     """Each run's lease delay from the moment a node of its pilot had room for it.
 
     The runs are placed in lease order as the simulator places them (the first node with
     room for the job's share); the room came when the node last went from too full for it
-    to enough, among the runs placed before it.
+    to enough, among the runs placed before it. A run that waited for room while a slot of
+    its pilot was free was handed back meanwhile (:func:`_slot_free`): its delay is the
+    others' median, counted back from its lease to the offer it was leased at.
     """
     slots = {p.session: p for ps in pilots.values() for p in ps}
     by_pilot: dict[uuid.UUID, list[tuple[RecordedJob, int, RecordedRun]]] = defaultdict(list)
@@ -209,6 +281,7 @@ def _dispatch(
         for k, run in enumerate(job.runs):
             by_pilot[run.session].append((job, k, run))
     delays: dict[tuple[uuid.UUID, int], float] = {}
+    handed: list[tuple[tuple[uuid.UUID, int], float]] = []  # (run, its lease)
     for session, ran in by_pilot.items():
         pilot = slots[session]
         size = pilot.slots_per_node
@@ -216,15 +289,42 @@ def _dispatch(
         for job, k, run in sorted(ran, key=lambda r: r[2].started):
             units = _units(job, max(size)) if session in known else 1
             room = run.started  # no node had room: it was leased as a slot was reported free
+            placed: tuple[int, int] | None = None
             for j, node in enumerate(size):
                 need = min(units, node)
-                busy = [(b, e, u) for b, e, u in held[j] if b <= run.started < e]
-                if node - sum(u for _, _, u in busy) >= need:
+                if _fits(held[j], node, need, run.started):
                     room = _room_since(held[j], node, need, run.started, pilot.opened)
-                    held[j].append((run.started, max(run.result, run.started), need))
+                    placed = (j, need)
                     break
+            since = max(run.eligible, pilot.opened)
+            # A job of one slot fits wherever a slot is free: only a wider one is handed back.
+            wide = placed is not None and placed[1] > 1
+            if wide and since < room and _slot_free(held, size, since, room):
+                handed.append(((job.job_id, k), run.started))
             delays[(job.job_id, k)] = max(run.started - max(run.eligible, room), 0.0)
-    return delays
+            if placed is not None:
+                held[placed[0]].append((run.started, max(run.result, run.started), placed[1]))
+    out = {key: _Dispatch(delay) for key, delay in delays.items()}
+    back = dict(handed)
+    others = [delay for key, delay in delays.items() if key not in back]
+    typical = statistics.median(others) if others else 0.0
+    for key, lease in handed:
+        if delays[key] > typical:  # within a dispatch of the room: it took the room as it came
+            out[key] = _Dispatch(typical, lease - typical)
+    return out
+
+
+def _fits(held: list[tuple[float, float, int]], size: int, need: int, at: float) -> bool:
+    return size - sum(u for b, e, u in held if b <= at < e) >= need
+
+
+def _slot_free(held: list[list[tuple[float, float, int]]], size: tuple[int, ...], since: float,
+               until: float) -> bool:  # fmt: skip
+    """Whether a node had a slot free at some moment in [since, until): the pilot fetched
+    then, and handed back what it could not place (it fetches only with a slot free)."""
+    moments = {since} | {e for node in held for _, e, _ in node if since < e < until}
+    return any(_fits(node, width, 1, at) for at in moments
+               for node, width in zip(held, size, strict=True))  # fmt: skip
 
 
 def _room_since(held: list[tuple[float, float, int]], size: int, need: int, at: float,

@@ -8,15 +8,19 @@ How the pilots are modelled, and why:
 * A site's runnable jobs wait in the order their pilots leased them in the recording (the
   ``launch-<site>`` consumer's delivery and the pilots' fetches decide it, not the order
   of becoming runnable: replaying that order is what gives the recording back), else in
-  the order they became runnable. A free slot goes to the first job that fits; one that
-  does not is passed over, as a pilot hands back what it cannot place (kept as one queue
-  per job width, since a job that does not fit means no later job of its width does).
+  the order they became runnable (kept as one queue per job width). A free slot goes to
+  the first job that fits. One that does not fit while a pilot has a slot free is handed
+  back, as that pilot hands back (nak) what it fetched and cannot place: it leaves the
+  queue, so a node that frees up meanwhile goes to the next job, and is offered again
+  after the hand-back delay (in the phase its cycle had in the recording, when it was
+  handed back there too). With no slot free no pilot fetches: the job keeps its place.
 * A job of one node takes its ``units`` slots of one node of an open pilot (a slot is a
   core; a job that may share its node with one other takes half of it); a job of ``n > 1``
   nodes takes ``n`` whole idle nodes of one pilot (an MPI job).
 * An attempt holds its slot from the moment it is dispatched for its recorded dispatch
-  delay, the pilot's overhead, its I/O, then its compute. A job ends ``finish_s`` after its
-  last attempt's result; a child is runnable ``prepare_s`` after its last parent's end.
+  delay (from the offer it was leased at, if it was handed back), the pilot's overhead,
+  its I/O, then its compute. A job ends ``finish_s`` after its last attempt's result; a
+  child is runnable ``prepare_s`` after its last parent's end.
 * Pilots stay for the whole run (wall time is not modelled).
 
 With ``strategy`` set, every job is routed when it is submitted, among the sites whose
@@ -55,7 +59,7 @@ from lodestream.services.api.capacity import (
 )
 from lodestream.services.api.placement import SiteLoad, choose, site_figures
 
-_ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE = range(5)
+_ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE, _OFFER = range(6)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +68,7 @@ class Prediction:
     jobs: int
     mean_wait_s: float  # runnable → a slot
     per_site: dict[str, int]
+    handed_back: int = 0  # offers of a job that did not fit while a slot was free
 
     @property
     def throughput_per_s(self) -> float:
@@ -181,6 +186,9 @@ class _Run:
         self.arrived = [scenario.strategy is None] * n  # routed to its site
         self.runnable_at = [0.0] * n
         self.started_at = [0.0] * n
+        self.key = [0.0] * n  # its place in its site's queue
+        self.hand_back_s = cal.hand_back_s
+        self.handed_back = 0
         self.run_times = RunTimes()  # each app's median across the sites
         self.waited = 0.0
         self.runs = 0
@@ -258,9 +266,16 @@ class _Run:
                 site = self.sites[self.site_of[i]]
                 self.runnable_at[i] = now
                 attempt = self.jobs[i].attempts[self.attempt[i]]
-                key = attempt.order if attempt.order is not None else now
-                width = (self.nodes[i], self.jobs[i].units)
-                heapq.heappush(site.queues.setdefault(width, []), (key, self.seq, i))
+                self.key[i] = attempt.order if attempt.order is not None else now
+                self._queue(site, i)
+                self._dispatch(site, now)
+            elif kind == _OFFER:  # back from a hand-back, in its place
+                site = self.sites[self.site_of[i]]
+                self._queue(site, i)
+                while heap and heap[0][0] == now and heap[0][2] == _OFFER:
+                    # Handed back together, offered together: the queue orders them.
+                    self._queue(self.sites[self.site_of[heap[0][3]]], heap[0][3])
+                    heapq.heappop(heap)
                 self._dispatch(site, now)
             elif kind == _DONE:
                 self._done(i, now)
@@ -278,7 +293,8 @@ class _Run:
         for name in self.site_of:
             per_site[name] += 1
         runs = self.runs
-        return Prediction(self.end, len(self.jobs), self.waited / runs if runs else 0.0, per_site)
+        mean_wait = self.waited / runs if runs else 0.0
+        return Prediction(self.end, len(self.jobs), mean_wait, per_site, self.handed_back)
 
     def _route(self, i: int, now: float) -> None:
         job = self.jobs[i]
@@ -302,14 +318,17 @@ class _Run:
         if not self.pending[i]:
             self._ready(i)
 
+    def _queue(self, site: _Site, i: int) -> None:
+        width = (self.nodes[i], self.jobs[i].units)
+        heapq.heappush(site.queues.setdefault(width, []), (self.key[i], self.seq, i))
+
     def _dispatch(self, site: _Site, now: float) -> None:
-        """Start the earliest runnable job that fits, until none does. A job that does not
-        fit blocks only the jobs of its width (they need the same), not narrower ones."""
-        blocked: set[tuple[int, int]] = set()
+        """Start the earliest runnable job that fits, until none does. One that does not fit
+        while a slot is free is handed back; with none free, nothing fits: all wait."""
         while True:
             first = None
             for width, queue in site.queues.items():
-                if queue and width not in blocked and (first is None or queue[0] < first[0]):
+                if queue and (first is None or queue[0] < first[0]):
                     first = (queue[0], width)
             if first is None:
                 return
@@ -322,9 +341,24 @@ class _Run:
                     self._start(i, now)
                     break
             else:
-                if width == (1, 1):
-                    return  # not one slot free: no job of any width fits
-                blocked.add(width)
+                # A pilot fetches only with a slot free (a job of one slot fits any).
+                if width == (1, 1) or not any(p.free_slots for p in site.pilots):
+                    return
+                heapq.heappop(site.queues[width])
+                self.handed_back += 1
+                self._push(self._offered_again(i, now), _OFFER, i)
+
+    def _offered_again(self, i: int, now: float) -> float:
+        """When job ``i``, handed back at ``now``, is offered again: a hand-back delay later,
+        or at the first offer after ``now`` of the cycle it was leased from in the recording
+        (its phase decides whether a node that frees up between two offers is its at the
+        next one or another job's before it: that cycle's offer is when it took its node)."""
+        period = self.hand_back_s
+        phase = self.jobs[i].attempts[self.attempt[i]].offered
+        if phase is None:
+            return now + period
+        at = phase + period * (math.floor((now - phase) / period) + 1)
+        return at if at > now + 1e-9 * period else at + period
 
     def _start(self, i: int, now: float) -> None:
         attempt = self.jobs[i].attempts[self.attempt[i]]

@@ -13,6 +13,10 @@ from dataclasses import dataclass, field, replace
 from lodestream.client.analytics.simulate.errors import BadScenario
 from lodestream.schemas.strategies import STRATEGIES, Strategy
 
+HAND_BACK_S = 0.5
+"""How long a pilot hands back a job it cannot place yet (agents/launcher's NAK_DELAY_S):
+the simulator's hand-back delay when a recording does not show its own."""
+
 
 def amdahl_s(one_node_s: float, parallel_fraction: float, nodes: int) -> float:
     """The compute time on ``nodes`` nodes of work taking ``one_node_s`` on one node, of which
@@ -35,6 +39,11 @@ class Attempt:
     the slot besides the process (spawning it, reporting it). ``requeue_s`` and
     ``backoff_s`` (0 for a first attempt) are the wait from the previous attempt's result:
     the site deciding to retry, then the retry policy's backoff, before any pilot may take it.
+
+    ``offered`` is set when the pilot handed the attempt back before it leased it (it was
+    fetched while no node had room for it): the recorded moment of the offer it was leased
+    at, which fixes the phase of its hand-back cycle in the replay; ``dispatch_s`` is then
+    only that offer → the lease, the hand-backs' wait being the cycle's.
     """
 
     dispatch_s: float  # a slot free (or the job eligible, if later) → the lease
@@ -44,6 +53,7 @@ class Attempt:
     requeue_s: float = 0.0
     backoff_s: float = 0.0
     order: float | None = None  # its recorded lease (seconds after the first submission)
+    offered: float | None = None  # its recorded last offer, if it was handed back (same)
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +179,7 @@ def workload(jobs: tuple[JobTrace, ...], scenario: Scenario) -> tuple[JobTrace, 
     if scenario.arrival_rate is not None:
         order = sorted(range(len(out)), key=lambda i: (out[i].arrival, i))
         for rank, i in enumerate(order):  # the recorded lease order is no longer the order
-            attempts = tuple(replace(a, order=None) for a in out[i].attempts)
+            attempts = tuple(replace(a, order=None, offered=None) for a in out[i].attempts)
             out[i] = replace(out[i], arrival=rank / scenario.arrival_rate, attempts=attempts)
     if scenario.speed is not None:
         speed = scenario.speed
