@@ -32,6 +32,7 @@ runs of the app, the jobs routed there and not done).
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import statistics
@@ -109,6 +110,16 @@ class _Pilot:
         self.idle_nodes -= nodes
         return tuple((j, self.size[j]) for j in idle)
 
+    def fits(self, nodes: int, units: int = 1) -> bool:
+        """Whether :meth:`take` would succeed now (taking nothing)."""
+        if nodes != 1:
+            return self.idle_nodes >= nodes
+        if self.free_slots < units:
+            return False
+        return any(
+            left >= min(units, size) for left, size in zip(self.free, self.size, strict=True)
+        )
+
     def give_back(self, taken: tuple[tuple[int, int], ...]) -> None:
         for j, count in taken:
             self.free[j] += count
@@ -129,6 +140,16 @@ class _Site:
     runs: dict[str, deque[float]] = field(default_factory=dict)  # app -> its last run times
     fit: dict[int, int] = field(default_factory=dict)  # job width -> slots of the open pilots
     medians: dict[str, float] = field(default_factory=dict)  # app -> median of runs
+    # Jobs handed back, by width: job -> (its cycle, offers up to when are accounted for).
+    # Offered again only once the room has grown enough for them (see _Run._wake).
+    parked: dict[tuple[int, int], dict[int, tuple[_Cycle, float]]] = field(default_factory=dict)
+    busy_since: float | None = None  # since when no open pilot has a slot free
+    # While jobs are parked: the spells with no slot free, their starts and their ends.
+    spell_starts: list[float] = field(default_factory=list)
+    spell_ends: list[float] = field(default_factory=list)
+
+    def any_free(self) -> bool:
+        return any(p.free_slots for p in self.pilots)
 
     def __post_init__(self) -> None:
         self.load.capacity = SiteCapacity(run_s=self.medians)
@@ -286,6 +307,7 @@ class _Run:
             elif kind == _OPEN:
                 name, pilot = self.opening[i]
                 self.sites[name].opened(pilot)
+                self._wake(self.sites[name], now, 0.0)  # every opening is scheduled first
                 self._dispatch(self.sites[name], now)
             else:
                 self._route(i, now)
@@ -339,26 +361,97 @@ class _Run:
                     self.alloc[i] = (pilot, taken)
                     heapq.heappop(site.queues[width])
                     self._start(i, now)
+                    if site.busy_since is None and not site.any_free():
+                        site.busy_since = now
                     break
             else:
                 # A pilot fetches only with a slot free (a job of one slot fits any).
-                if width == (1, 1) or not any(p.free_slots for p in site.pilots):
+                if width == (1, 1) or not site.any_free():
                     return
                 heapq.heappop(site.queues[width])
-                self.handed_back += 1
-                self._push(self._offered_again(i, now), _OFFER, i)
+                self._park(site, i, now)
 
-    def _offered_again(self, i: int, now: float) -> float:
-        """When job ``i``, handed back at ``now``, is offered again: a hand-back delay later,
-        or at the first offer after ``now`` of the cycle it was leased from in the recording
-        (its phase decides whether a node that frees up between two offers is its at the
-        next one or another job's before it: that cycle's offer is when it took its node)."""
-        period = self.hand_back_s
+    def _park(self, site: _Site, i: int, now: float) -> None:
+        self.handed_back += 1
+        width = (self.nodes[i], self.jobs[i].units)
+        site.parked.setdefault(width, {})[i] = (self._cycle(i, now), now)
+
+    def _wake(self, site: _Site, now: float, since: float) -> None:
+        """Room has just grown at ``now`` (a job ended, a pilot opened; its event was
+        scheduled at ``since``): the jobs handed back that fit now are offered again at
+        their next offer from here.
+
+        Between two growths the room only shrinks, so an offer in between finds a parked job
+        too small: it is handed back again while a slot is free, or, with none free, left
+        in the queue, to be considered (and handed back, a new cycle) when the spell with no
+        slot free ends. Those offers are not simulated one by one, at an event each: a
+        parked job is looked at only when its width fits, and its offers since it was
+        parked are then replayed over the spells with no slot free (:meth:`_replay`).
+        """
+        busy = site.busy_since
+        site.busy_since = None
+        if not site.parked:
+            site.spell_starts.clear()
+            site.spell_ends.clear()
+            return
+        if busy is not None:
+            site.spell_starts.append(busy)
+            site.spell_ends.append(now)
+        for width in [w for w, group in site.parked.items() if group]:
+            if not any(pilot.fits(*width) for pilot in site.pilots):
+                continue
+            for i, (parked_cycle, parked_at) in site.parked.pop(width).items():
+                cycle = self._replay(site, i, parked_cycle, parked_at, now)
+                if cycle is None:
+                    self._queue(site, i)
+                else:
+                    self._push(self._next_offer(cycle, now, since), _OFFER, i)
+
+    def _replay(
+        self, site: _Site, i: int, cycle: _Cycle, parked_at: float, now: float
+    ) -> _Cycle | None:
+        """Job ``i``'s offers since ``parked_at``, each counted: one while a slot was free is
+        a hand-back; one in a spell with no slot free left it queued until the spell's end,
+        where it did not fit (else it would have been unparked) and was handed back, a new
+        cycle. Its cycle now, or None if an offer in the spell ending ``now`` left it queued.
+        An offer due exactly at ``now`` outside such a spell is left to :meth:`_next_offer`.
+        """
+        starts, ends = site.spell_starts, site.spell_ends
+        tie = 1e-9 * cycle.period
+        offer = cycle.first_after(parked_at)
+        while offer <= now + tie:
+            j = bisect.bisect_right(starts, offer) - 1
+            if j >= 0 and offer <= ends[j]:  # no slot free: queued until the spell ends
+                if ends[j] >= now - tie:
+                    return None
+                self.handed_back += 1
+                cycle = self._cycle(i, ends[j])
+                offer = cycle.first_after(ends[j])
+                continue
+            if offer >= now - tie:
+                break
+            self.handed_back += 1
+            offer = cycle.first_after(offer)
+        return cycle
+
+    @staticmethod
+    def _next_offer(cycle: _Cycle, now: float, since: float) -> float:
+        """The job's first offer to see the room that grows at ``now``. An offer due at
+        ``now`` itself sees it if the event that grows it was scheduled first (at ``since``,
+        no later than that offer was: the event queue breaks ties in order of scheduling)."""
+        at = cycle.first_at_or_after(now)
+        if at > now + 1e-9 * cycle.period:
+            return at
+        scheduled = max(cycle.handed_at, at - cycle.period)
+        return at if since <= scheduled else cycle.first_after(now)
+
+    def _cycle(self, i: int, handed_at: float) -> _Cycle:
+        """The offers of job ``i`` after its hand-back at ``handed_at``: a hand-back delay
+        apart, in the phase of the cycle it was leased from in the recording (its phase
+        decides whether a node that frees up between two offers is its at the next one or
+        another job's before it: that cycle's offer is when it took its node)."""
         phase = self.jobs[i].attempts[self.attempt[i]].offered
-        if phase is None:
-            return now + period
-        at = phase + period * (math.floor((now - phase) / period) + 1)
-        return at if at > now + 1e-9 * period else at + period
+        return _Cycle(handed_at, self.hand_back_s, handed_at if phase is None else phase)
 
     def _start(self, i: int, now: float) -> None:
         attempt = self.jobs[i].attempts[self.attempt[i]]
@@ -382,9 +475,10 @@ class _Run:
 
     def _done(self, i: int, now: float) -> None:
         pilot, taken = self.alloc.pop(i)
-        pilot.give_back(taken)
         job = self.jobs[i]
         site = self.sites[self.site_of[i]]
+        pilot.give_back(taken)
+        self._wake(site, now, self.started_at[i])
         last = self.attempt[i] + 1 == len(job.attempts)
         if self.scenario.strategy is not None:
             if last:
@@ -401,6 +495,35 @@ class _Run:
             again = job.attempts[self.attempt[i]]
             self._push(now + again.requeue_s + again.backoff_s, _RUNNABLE, i)
         self._dispatch(site, now)
+
+
+@dataclass(frozen=True, slots=True)
+class _Cycle:
+    """The offers of a handed-back job: the points ``phase + k * period`` after ``handed_at``
+    (times within a billionth of a period are the same time)."""
+
+    handed_at: float
+    period: float
+    phase: float
+
+    def _after(self, at: float) -> int:
+        """The index of the first point after ``at``."""
+        return math.floor((at - self.phase) / self.period + 1e-9) + 1
+
+    def _at_or_after(self, at: float) -> int:
+        """The index of the first point at ``at`` or later."""
+        return math.ceil((at - self.phase) / self.period - 1e-9)
+
+    def _point(self, k: int) -> float:
+        return self.phase + k * self.period
+
+    def first_after(self, at: float) -> float:
+        """The first offer after ``at`` (and after the hand-back)."""
+        return self._point(self._after(max(at, self.handed_at)))
+
+    def first_at_or_after(self, at: float) -> float:
+        """The first offer at ``at`` or later (and after the hand-back)."""
+        return self._point(max(self._at_or_after(at), self._after(self.handed_at)))
 
 
 def _first_io_end(storages: list[tuple[str, SharedStorage]]) -> tuple[str, float]:
