@@ -50,7 +50,9 @@ class PullFeed:
     """A durable pull consumer the control plane creates per site (sites never create one).
 
     Delivery is at-least-once and survives the reader's absence: what is not acked is
-    delivered again after ``ack_wait_s``.
+    delivered again after ``ack_wait_s``. ``retry_s`` is the reader's settle policy for a
+    delivery that met a transient failure (NATS or the scheduler away): handed back (nak)
+    for that long (:func:`lodestream.eventlog.kernel.deliveries`).
     """
 
     purpose: str  # the durable is ``<purpose>-<site>``
@@ -58,6 +60,7 @@ class PullFeed:
     event_types: tuple[str, ...]
     description: str
     ack_wait_s: float
+    retry_s: float
     max_ack_pending: int = 20_000
     max_waiting: int = 512  # pull requests open at once: one per pilot or agent worker
     stream: str = EVENTS_STREAM
@@ -117,7 +120,7 @@ LAUNCH: Final = PullFeed(
     ("job.created", "job.preprocessed", "job.restart_ready", "job.lease_released",
      "job.lease_expired", "job.placement_refused"),
     "runnable jobs: each carries the work to run; every job.created, of which pilots run "
-    "those created runnable and ack the others", ack_wait_s=30.0,
+    "those created runnable and ack the others", ack_wait_s=30.0, retry_s=0.5,
 )  # fmt: skip
 """``job.created`` is here because a job created runnable goes to pilots with no hop
 between (a subject filter cannot tell it from the others: the pilot does, see
@@ -126,19 +129,19 @@ PROCESS: Final = PullFeed(
     "process", "site agent",
     ("job.staged_in", "job.run_done", "job.run_errored", "job.run_timed_out", "job.finished"),
     "hook work (preprocess, postprocess, errors, timeouts); finished jobs for the cleaner",
-    ack_wait_s=60.0,
+    ack_wait_s=60.0, retry_s=1.0,
 )  # fmt: skip
 SCHED: Final = PullFeed(
     "sched", "site agent", ("batch.requested", "batch.deletion_requested"),
     "pilot batch jobs to submit and to delete; a request is held (in progress) while its "
     "batch job lives, so an agent that dies hands its batch jobs to the next",
-    ack_wait_s=120.0, max_ack_pending=10_000, max_waiting=64,
+    ack_wait_s=120.0, retry_s=10.0, max_ack_pending=10_000, max_waiting=64,
 )  # fmt: skip
 XFER: Final = PullFeed(
     "xfer", "site agent", ("xfer.requested",),
     "transfer items to stage in or out; a request is held (in progress) until its item has "
     "succeeded or failed, so an agent that dies hands its transfers to the next",
-    ack_wait_s=120.0, max_ack_pending=20_000, max_waiting=64,
+    ack_wait_s=120.0, retry_s=5.0, max_ack_pending=20_000, max_waiting=64,
 )  # fmt: skip
 KILLS: Final = LiveFeed(
     "kills", "pilot", ("job.killed",),

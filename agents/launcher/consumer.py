@@ -9,11 +9,12 @@ from typing import Any, Final
 
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.eventlog.kernel import TERM, settle
+from lodestream.schemas.topology import LAUNCH
 
 log = logging.getLogger(__name__)
 
 NAME: Final = "launcher"  # in the log lines of the consumer kernel
-NAK_DELAY_S: Final = 0.5
+NAK_DELAY_S: Final = LAUNCH.retry_s  # the feed's settle policy for "not now"
 
 
 async def skip(msg: Any, why: str, report: LauncherReport) -> None:

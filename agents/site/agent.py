@@ -43,8 +43,6 @@ from lodestream.schemas.topology import PROCESS
 
 log = logging.getLogger(__name__)
 
-RETRY_S = 1.0  # a hook that met NATS away is tried again this much later
-
 
 class SiteAgent:
     def __init__(
@@ -127,7 +125,7 @@ class SiteAgent:
 
     async def _work(self, msg: Any, workers: asyncio.Semaphore) -> None:
         try:
-            await deliver_one(self._process, msg, "site agent", retry_s=RETRY_S,
+            await deliver_one(self._process, msg, "site agent", retry_s=PROCESS.retry_s,
                               tally=self.deliveries)  # fmt: skip
         finally:
             workers.release()

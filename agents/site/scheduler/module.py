@@ -79,7 +79,7 @@ from lodestream.schemas.trust import check_own_site, event_from_message
 
 log = logging.getLogger(__name__)
 
-RETRY_S: Final = 10.0  # before a delivery that met a busy scheduler or NATS is tried again
+RETRY_S: Final = SCHED.retry_s  # before a delivery that met a busy scheduler or NATS is tried again
 MAX_SUBMIT_TRIES: Final = 5  # a scheduler that never answers a submission: submit_failed
 REBASES: Final = 3
 

@@ -126,8 +126,8 @@ class TransferModule:
         self._waiting: dict[str, list[uuid.UUID]] = {}
         self.stats = TransferStats()
         # ``deliver`` holds or settles each delivery itself; the kernel terms what the shared
-        # rule refuses and hands back for 5 s what met NATS away.
-        self.consume = deliveries(self.deliver, "transfers", retry_s=5.0,
+        # rule refuses and hands back what met NATS away (the feed's retry_s).
+        self.consume = deliveries(self.deliver, "transfers", retry_s=XFER.retry_s,
                                   tally=self.stats.deliveries)  # fmt: skip
         self._progress_at = 0.0
 
