@@ -30,6 +30,7 @@ class PilotConfig:
     data_dir: Path  # the site's data directory: jobs' workdirs are under it
     idle_ttl_s: float  # the pilot exits after this long with nothing to run
     max_fetch: int = 256
+    prefetch: int = 0  # deliveries kept, unleased, beside full slots (launcher.prefetch)
     # Tasks inherit only what the entry point passes, not the pilot's own environment.
     base_env: Mapping[str, str] = field(default_factory=dict)
     mode: JobMode = "serial"

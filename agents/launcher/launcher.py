@@ -96,8 +96,9 @@ class Launcher:
         event_log = EventLog(js)
         running = Running(js, session, pilot, parts, self._state, event_log=event_log)
         self._stopping = Stopping(pilot, session, self._state, running)
-        offering = Offering(pilot, session, self._state, running, event_log=event_log,
-                            diffusion=parts.diffusion)  # fmt: skip
+        self._offering = offering = Offering(
+            pilot, session, self._state, running, event_log=event_log, diffusion=parts.diffusion
+        )
         # The offer settles or holds each delivery itself; the kernel hands back one that
         # met NATS away, and logs (and leaves for redelivery) one that met a bug.
         self._each_delivery = deliveries(offering.offer, NAME, retry_s=NAK_DELAY_S)
@@ -136,6 +137,7 @@ class Launcher:
         try:
             report.exit_reason = await self._lease_loop(stop)
         finally:
+            await self._offering.give_back_waiting()  # kept, never leased: another's to take
             if self.session.lost:
                 stopping.kill_all("session lost: the controller expired it")
             elif state.revoked:
@@ -246,7 +248,11 @@ class Launcher:
                     # the controller expired us. Running tasks go on meanwhile.
                     await stopped_within(stop, LAPSED_POLL_S)
                     continue
-                if state.packer.idle_node_count == 0 and not self._has_free_cpu():
+                await self._offering.start_waiting()
+                full = state.packer.idle_node_count == 0 and not self._has_free_cpu()
+                # Full: wait for a slot to free, unless there is room to keep deliveries for
+                # it (launcher.prefetch) and none is kept yet.
+                if full and (state.waiting or not self._pilot.prefetch):
                     state.freed.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(state.freed.wait(), 0.5)
@@ -263,9 +269,12 @@ class Launcher:
 
     def _fetch_size(self) -> int:
         # Every job offered holds its allocation from the lease on, not only once it runs:
-        # fetching more than that would hand the surplus back (nak) and delay it.
-        free = sum(max(len(n.cpu_ids), 1) for n in self._pilot.nodes) - len(self._state.placed)
-        return max(1, min(self._pilot.max_fetch, free))
+        # fetching more than that, and than the deliveries it may keep for the next free
+        # slots, would hand the surplus back (nak) and delay it.
+        state, pilot = self._state, self._pilot
+        free = sum(max(len(n.cpu_ids), 1) for n in pilot.nodes) - len(state.placed)
+        keep = pilot.prefetch - len(state.waiting)
+        return max(1, min(pilot.max_fetch, max(free, 0) + max(keep, 0)))
 
     def _has_free_cpu(self) -> bool:
         return any(node.fits(1, 0, 0.0) for node in self._state.packer.nodes)

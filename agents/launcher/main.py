@@ -110,7 +110,8 @@ async def run(
             batch = PilotBatch(batch_job_id, kind, own_job_id(kind, os.environ))
         pilot = PilotConfig(
             site=settings.site, nodes=tuple(nodes), data_dir=settings.data_dir,
-            idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch, base_env=plan.base_env,
+            idle_ttl_s=cfg.idle_ttl_s, max_fetch=cfg.max_fetch, prefetch=cfg.prefetch,
+            base_env=plan.base_env,
             mode=plan.mode, site_shape=plan.site_shape, batch=batch,
             filter_tags=dict(filter_tags or {}), mpi_broken=mpi_broken,
         )  # fmt: skip

@@ -31,19 +31,23 @@ from lodestream.agents.launcher.diffusion import Diffusion
 from lodestream.agents.launcher.refusals import note_refusal
 from lodestream.agents.launcher.running import Running
 from lodestream.agents.launcher.session import LauncherSession
-from lodestream.agents.launcher.state import PilotState
+from lodestream.agents.launcher.state import PilotState, Waiting
 from lodestream.agents.launcher.tags import describe
 from lodestream.agents.launcher.work import JobKey, NotRunnable, NotWork, WorkItem, work_item
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.kernel import ACK, Nak, settle
 from lodestream.platform_adapters.errors import ResourceError
-from lodestream.platform_adapters.packing import JobRequest
+from lodestream.platform_adapters.packing import Allocation, JobRequest
 from lodestream.schemas.retry import MAX_BACKOFF_S
 
 log = logging.getLogger(__name__)
 # A job this pilot can never run: a pilot that can gets it back within this; meanwhile the
 # site's pilots do not hand it round twice a second.
 REFUSED_NAK_DELAY_S: Final = 5.0
+# A kept delivery is handed back after this long without a free slot: well within the feed's
+# ack wait (no redelivery to another pilot meanwhile), and short enough that a pilot with
+# room elsewhere is not kept waiting for jobs that run long here.
+WAIT_MAX_S: Final = 2.0
 REFUSALS_REMEMBERED: Final = 10_000  # jobs whose refusal (or hand-back) was logged, once each
 
 
@@ -94,12 +98,45 @@ class Offering:
         if prefer is None:  # a peer's caches hold its inputs: that pilot's to take
             return
         allocation = state.packer.allocate(request, prefer) if placing is Offer.PLACE else None
-        if allocation is None:  # elsewhere, or here once our nodes free up
-            await settle(msg, Nak(NAK_DELAY_S), NAME)
-            return
+        if allocation is not None:
+            self._place(item, allocation)
+        elif placing is Offer.PLACE and len(state.waiting) < pilot.prefetch:
+            # Ours once a slot frees: kept, not handed back and fetched again.
+            state.waiting[item.key] = Waiting(item, request, prefer, time.monotonic())
+            state.held[item.key] = item
+        else:
+            await settle(msg, Nak(NAK_DELAY_S), NAME)  # elsewhere, or here once nodes free
+
+    def _place(self, item: WorkItem, allocation: Allocation) -> None:
+        state = self._state
         state.held[item.key] = item
         state.placed.add(item.key)
         state.start_job(self._running.run_job(item, allocation))
+
+    async def start_waiting(self) -> None:
+        """Place the kept deliveries that fit now, in the order they came; hand back those
+        kept longer than :data:`WAIT_MAX_S` (another pilot may have room for them)."""
+        state = self._state
+        now = time.monotonic()
+        for key, waiting in list(state.waiting.items()):
+            if now - waiting.since > WAIT_MAX_S:
+                await self._give_back(key, waiting)
+                continue
+            allocation = state.packer.allocate(waiting.request, waiting.prefer)
+            if allocation is not None:
+                del state.waiting[key]
+                self._place(waiting.item, allocation)
+
+    async def give_back_waiting(self) -> None:
+        """Stopping: the kept deliveries go back to the feed at once (nothing leased them)."""
+        for key, waiting in list(self._state.waiting.items()):
+            await self._give_back(key, waiting)
+
+    async def _give_back(self, key: JobKey, waiting: Waiting) -> None:
+        del self._state.waiting[key]
+        self._state.held.pop(key, None)
+        self._state.report.returned += 1
+        await settle(waiting.item.msg, Nak(), NAME)
 
     async def _work(self, msg: Any) -> tuple[WorkItem, JobRequest] | None:
         """The work ``msg`` carries, or None once a delivery that carries none is settled."""

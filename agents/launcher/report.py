@@ -46,6 +46,7 @@ class LauncherReport:
     cache_misses: int = 0  # inputs copied into them
     cache_bytes_copied: int = 0
     filtered: int = 0  # deliveries outside this pilot's tag filter, handed back unleased
+    returned: int = 0  # deliveries kept for a slot (prefetch), handed back unleased
     kept: int = 0  # results the hub did not answer for, kept at the site's leaf node
     exit_reason: ExitReason = ExitReason.NOT_STARTED
 

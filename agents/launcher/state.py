@@ -17,7 +17,17 @@ from typing import Any
 from lodestream.agents.launcher.report import LauncherReport
 from lodestream.agents.launcher.tasks import Reaper
 from lodestream.agents.launcher.work import JobKey, WorkItem
-from lodestream.platform_adapters.packing import NodePacker
+from lodestream.platform_adapters.packing import JobRequest, NodePacker
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A delivery kept beside full slots: everything but a free slot was checked."""
+
+    item: WorkItem
+    request: JobRequest
+    prefer: list[str]  # the nodes to place it on first (their caches hold its inputs)
+    since: float  # monotonic
 
 
 @dataclass(slots=True)
@@ -30,6 +40,8 @@ class PilotState:
     held: dict[JobKey, WorkItem] = field(default_factory=dict)
     # Jobs holding an allocation: from the offer until their task has ended.
     placed: set[JobKey] = field(default_factory=set)
+    # Deliveries kept, unleased, for the next free slot (launcher.prefetch), in order.
+    waiting: dict[JobKey, Waiting] = field(default_factory=dict)
     # The last sequence of our CAS chain; present only while we may still report.
     chains: dict[JobKey, int] = field(default_factory=dict)
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # a slot was given back

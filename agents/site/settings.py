@@ -144,6 +144,10 @@ class LauncherSettings(_Strict):
     # or `optional`; the arity keeps a value from becoming an option or a program of its own.
     allow_launch_options: dict[LaunchOptionName, Arity] = Field(default_factory=dict)
     max_fetch: int = Field(256, ge=1, le=10_000)
+    # Deliveries a pilot keeps beside its full slots, unleased, to start the moment a slot
+    # frees (no fetch in between); one kept longer than a few seconds goes back to the feed
+    # for other pilots. 0: fetch only for free slots.
+    prefetch: int = Field(2, ge=0, le=1024)
     # The mode of this site's pilots; `lode launcher --mode` overrides it.
     mode: JobMode = "serial"
     serial_workers: SerialWorkers = "none"
