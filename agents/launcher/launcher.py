@@ -99,6 +99,7 @@ class Launcher:
         self._offering = offering = Offering(
             pilot, session, self._state, running, event_log=event_log, diffusion=parts.diffusion
         )
+        self._state.place_waiting = offering.start_waiting
         # The offer settles or holds each delivery itself; the kernel hands back one that
         # met NATS away, and logs (and leaves for redelivery) one that met a bug.
         self._each_delivery = deliveries(offering.offer, NAME, retry_s=NAK_DELAY_S)
@@ -110,13 +111,13 @@ class Launcher:
 
     async def run(self, stop: asyncio.Event) -> LauncherReport:
         warm = self._parts.warm
-        warming = None if warm is None else asyncio.create_task(warm.open())
+        if warm is not None and any(warm.runs(app) for app in self._parts.apps.values()):
+            warm.ensure_open()  # ready by the first function job
         try:
             return await self._run_opened(stop)
         finally:
-            if warming is not None:
-                await warming
             if warm is not None:
+                await warm.opened()
                 warm.close()
 
     async def _run_opened(self, stop: asyncio.Event) -> LauncherReport:

@@ -115,11 +115,19 @@ class Offering:
 
     async def start_waiting(self) -> None:
         """Place the kept deliveries that fit now, in the order they came; hand back those
-        kept longer than :data:`WAIT_MAX_S` (another pilot may have room for them)."""
+        kept longer than :data:`WAIT_MAX_S` (another pilot may have room for them).
+
+        Called by the lease loop and the moment a slot frees, maybe both at once: each
+        kept delivery is taken out of ``waiting`` before anything is awaited for it.
+        """
         state = self._state
         now = time.monotonic()
-        for key, waiting in list(state.waiting.items()):
+        for key in list(state.waiting):
+            waiting = state.waiting.get(key)
+            if waiting is None:  # placed or given back meanwhile
+                continue
             if now - waiting.since > WAIT_MAX_S:
+                del state.waiting[key]
                 await self._give_back(key, waiting)
                 continue
             allocation = state.packer.allocate(waiting.request, waiting.prefer)
@@ -129,11 +137,13 @@ class Offering:
 
     async def give_back_waiting(self) -> None:
         """Stopping: the kept deliveries go back to the feed at once (nothing leased them)."""
-        for key, waiting in list(self._state.waiting.items()):
+        kept = list(self._state.waiting.items())
+        self._state.waiting.clear()  # first: a slot freeing meanwhile places none of them
+        for key, waiting in kept:
             await self._give_back(key, waiting)
 
     async def _give_back(self, key: JobKey, waiting: Waiting) -> None:
-        del self._state.waiting[key]
+        """Hand back a delivery already taken out of ``waiting``."""
         self._state.held.pop(key, None)
         self._state.report.returned += 1
         await settle(waiting.item.msg, Nak(), NAME)

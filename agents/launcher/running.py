@@ -103,6 +103,8 @@ class Running:
             await self._parts.diffusion.release(item, allocation)
         self._state.packer.release(str(item.job_id))
         self._state.freed.set()
+        if self._state.waiting and self._state.place_waiting is not None:
+            await self._state.place_waiting()  # kept for this moment: no fetch in between
 
     async def _run_leased(self, item: WorkItem, allocation: Allocation, leased_at: float) -> None:
         state, diffusion = self._state, self._parts.diffusion

@@ -10,7 +10,7 @@ free. Each of them is handed this one object instead of reaching into the others
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +40,10 @@ class PilotState:
     held: dict[JobKey, WorkItem] = field(default_factory=dict)
     # Jobs holding an allocation: from the offer until their task has ended.
     placed: set[JobKey] = field(default_factory=set)
-    # Deliveries kept, unleased, for the next free slot (launcher.prefetch), in order.
+    # Deliveries kept, unleased, for the next free slot (launcher.prefetch), in order, and
+    # what places them (the offer's): called the moment a slot frees.
     waiting: dict[JobKey, Waiting] = field(default_factory=dict)
+    place_waiting: Callable[[], Awaitable[None]] | None = None
     # The last sequence of our CAS chain; present only while we may still report.
     chains: dict[JobKey, int] = field(default_factory=dict)
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # a slot was given back

@@ -1,7 +1,7 @@
 """A pilot keeps a few deliveries beside its full slots (``launcher.prefetch``), unleased, to
-start them the moment a slot frees. Kept is not taken: a pilot with room gets them within
-seconds, a pilot that stops gives them back at once, and no job is leased twice (checked
-against the raw ``job.started`` events)."""
+start them the moment a slot frees. Kept is not taken: a pilot with room gets them
+within seconds, a pilot that stops gives them back at once, and no job is leased twice
+(checked against the raw ``job.started`` events)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """The simulator's hand-backs, on a workload small enough to follow by hand: a job that needs
 a whole node, offered while a slot is free but no node is, goes round the pilot's
-hand-back cycle instead of holding the first node that frees up."""
+hand-back cycle instead of holding the first node that frees up, unless its pilot has
+room to keep it for the next free node (launcher.prefetch), for at most 2 s."""
 
 from __future__ import annotations
 
@@ -25,14 +26,18 @@ def one(compute: float, *, arrival: float = 0.0, units: int = 1, order: float | 
                     attempts=(attempt,), finish_s=0.0, units=units)  # fmt: skip
 
 
-def workload(whole: JobTrace) -> Calibration:
-    """2 nodes x 2 slots. Four one-slot jobs fill them (node 0 until 1 s and 3 s, node 1
-    until 3 s); ``whole`` needs a node; a one-slot job comes at 1.2 s and runs 1 s."""
-    jobs = (one(1.0, order=0.0), one(3.0, order=0.1), one(3.0, order=0.2),
-            one(3.0, order=0.3), whole, one(1.0, arrival=1.2))  # fmt: skip
+def workload(
+    whole: JobTrace, *, busy_until: float = 3.0, kept: int = 0, late: float = 1.2
+) -> Calibration:
+    """2 nodes x 2 slots. Four one-slot jobs fill them (node 0 until 1 s and ``busy_until``,
+    node 1 until ``busy_until``); ``whole`` needs a node; a one-slot job comes at ``late``
+    and runs 1 s. ``kept``: jobs a full pilot keeps for its next slot (launcher.prefetch)
+    while work waits behind them."""
+    jobs = (one(1.0, order=0.0), one(busy_until, order=0.1), one(busy_until, order=0.2),
+            one(busy_until, order=0.3), whole, one(1.0, arrival=late))  # fmt: skip
     return Calibration(jobs=jobs, pilots={"a": (PilotShape(0.0, (2, 2)),)},
                        capacity_source="test", makespan_s=1.0, storage=None, stages={},
-                       hand_back_s=0.5)  # fmt: skip
+                       hand_back_s=0.5, kept_per_pilot=kept)  # fmt: skip
 
 
 def test_a_whole_node_job_goes_round_the_hand_back_cycle() -> None:
@@ -57,6 +62,29 @@ def test_a_recorded_hand_back_keeps_its_phase() -> None:
     # Re-spaced arrivals have no recorded phase: a hand-back delay from each hand-back.
     respaced = simulate(workload(whole), Scenario(arrival_rate=1000.0))
     assert respaced.handed_back >= 1
+
+
+def test_a_pilot_with_room_to_keep_it_places_it_the_moment_a_node_frees() -> None:
+    # Kept at 1 s (launcher.prefetch), not handed back: node 0 frees at 3 s, it starts then
+    # (round the cycle instead, it would start at 3.2 s: see the first test).
+    whole = one(1.0, units=2, order=0.4)
+    prediction = simulate(workload(whole, kept=2), Scenario())
+    assert prediction.makespan_s == pytest.approx(4.0)
+    assert prediction.handed_back == 0
+
+
+def test_a_job_kept_longer_than_its_pilot_keeps_one_is_handed_back_then() -> None:
+    # Kept at 1 s; nodes busy until 4 s: handed back at 3 s (kept 2 s), offered at 3.5 s (a
+    # slot is free, no node: back again) and at 4 s, when the nodes free first: ends 5 s.
+    whole = one(1.0, units=2, order=0.4)
+    kept = simulate(workload(whole, busy_until=4.0, kept=2, late=0.9), Scenario())
+    assert kept.makespan_s == pytest.approx(5.0)
+    assert kept.handed_back == 2
+    # Not kept: back at 1 s, queued at 1.5 s (no slot free), back at 2 s, then at 2.5, 3
+    # and 3.5 s; it fits at 4 s too, after five hand-backs.
+    cycled = simulate(workload(whole, busy_until=4.0, late=0.9), Scenario())
+    assert cycled.makespan_s == pytest.approx(5.0)
+    assert cycled.handed_back == 5
 
 
 def test_with_a_node_free_it_starts_at_once() -> None:

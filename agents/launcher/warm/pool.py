@@ -140,14 +140,31 @@ class WarmPool:
         self._workers: list[Worker] = []
         self._checked_at = 0.0
         self._swap = asyncio.Lock()
-        self._ready = asyncio.Event()
+        self._opening: asyncio.Task[None] | None = None
         self.broken: str | None = None
         self._warm_apps: dict[type[ApplicationDefinition], bool] = {}
         self.forks = 0  # workers started in all: the first `size`, then replacements
 
     # --- lifecycle ------------------------------------------------------------------------
 
+    def ensure_open(self) -> asyncio.Task[None]:
+        """Open the pool once (:meth:`open`), in the background: at the pilot's start when
+        one of the site's apps runs warm, else at its first function job (an app added
+        later), so a site without function apps starts no template and no worker."""
+        if self._opening is None:
+            self._opening = asyncio.create_task(self._open())
+        return self._opening
+
+    async def opened(self) -> None:
+        """Wait for an open this pilot started, if any (it stops)."""
+        if self._opening is not None:
+            await self._opening
+
     async def open(self) -> None:
+        """Open the pool now (once, however often asked) and wait until it is."""
+        await self.ensure_open()
+
+    async def _open(self) -> None:
         """Start the template and the first workers; on failure function jobs run as processes."""
         try:
             self._template = await asyncio.to_thread(self._spawn_template)
@@ -159,7 +176,6 @@ class WarmPool:
             log.error(why, exc)  # noqa: TRY400 - the cause is enough
         finally:
             self._checked_at = time.monotonic()
-            self._ready.set()
 
     def close(self) -> None:
         for worker in self._workers:
@@ -187,7 +203,7 @@ class WarmPool:
 
     async def start(self, spec: TaskSpec, call: PyCall) -> WarmTask:
         """Hand the job to a worker; ``StartFailed`` if no worker could be had."""
-        await self._ready.wait()
+        await self.ensure_open()
         await self._check_apps()
         if self._template is None:
             raise StartFailed(f"job {spec.job_id}: no warm worker template: {self.broken}")

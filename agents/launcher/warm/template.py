@@ -53,7 +53,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             readable, _, _ = select.select([ctl.fileno(), wake_r], [], [])
             if wake_r in readable:
                 os.read(wake_r, 4096)
-                _reap(ctl, children)
+                try:
+                    _reap(ctl, children)
+                except OSError:  # the pilot is gone (a broken pipe): nobody to tell
+                    return 0
             if ctl.fileno() in readable:
                 try:
                     request = frames.recv_with_fd(ctl)

@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from lodestream.client.analytics.simulate.errors import BadScenario, NothingToCalibrate
 from lodestream.client.analytics.simulate.model import (
     HAND_BACK_S,
+    KEPT_PER_PILOT,
     Attempt,
     JobTrace,
     PilotShape,
@@ -84,6 +85,8 @@ class Calibration:
     retries: int = 0  # runs beyond each job's first
     dependent: int = 0  # jobs with parents in the recording
     hand_back_s: float = HAND_BACK_S  # a pilot's hand-back delay (its nak), as recorded
+    # Jobs a full pilot keeps for its next free slot (launcher.prefetch; 0: none).
+    kept_per_pilot: int = KEPT_PER_PILOT
     handed_back: int = 0  # runs handed back before their lease
 
     @property

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field, replace
 from lodestream.client.analytics.simulate.calibrate import Calibration
 from lodestream.client.analytics.simulate.errors import BadScenario
 from lodestream.client.analytics.simulate.model import (
+    KEEP_S,
     Attempt,
     JobTrace,
     Scenario,
@@ -143,6 +144,8 @@ class _Site:
     # Jobs handed back, by width: job -> (its cycle, offers up to when are accounted for).
     # Offered again only once the room has grown enough for them (see _Run._wake).
     parked: dict[tuple[int, int], dict[int, tuple[_Cycle, float]]] = field(default_factory=dict)
+    # Jobs its pilots keep for the next room (launcher.prefetch), and since when, in order.
+    kept: dict[int, float] = field(default_factory=dict)
     busy_since: float | None = None  # since when no open pilot has a slot free
     # While jobs are parked: the spells with no slot free, their starts and their ends.
     spell_starts: list[float] = field(default_factory=list)
@@ -209,6 +212,7 @@ class _Run:
         self.started_at = [0.0] * n
         self.key = [0.0] * n  # its place in its site's queue
         self.hand_back_s = cal.hand_back_s
+        self.kept_per_pilot = cal.kept_per_pilot
         self.handed_back = 0
         self.run_times = RunTimes()  # each app's median across the sites
         self.waited = 0.0
@@ -369,7 +373,10 @@ class _Run:
                 if width == (1, 1) or not site.any_free():
                     return
                 heapq.heappop(site.queues[width])
-                self._park(site, i, now)
+                if len(site.kept) < self.kept_per_pilot * len(site.pilots):
+                    site.kept[i] = now  # its pilot keeps it: placed the moment room grows
+                else:
+                    self._park(site, i, now)
 
     def _park(self, site: _Site, i: int, now: float) -> None:
         self.handed_back += 1
@@ -390,13 +397,14 @@ class _Run:
         """
         busy = site.busy_since
         site.busy_since = None
-        if not site.parked:
+        if not site.parked and not site.kept:
             site.spell_starts.clear()
             site.spell_ends.clear()
             return
         if busy is not None:
             site.spell_starts.append(busy)
             site.spell_ends.append(now)
+        self._place_kept(site, now)
         for width in [w for w, group in site.parked.items() if group]:
             if not any(pilot.fits(*width) for pilot in site.pilots):
                 continue
@@ -406,6 +414,25 @@ class _Run:
                     self._queue(site, i)
                 else:
                     self._push(self._next_offer(cycle, now, since), _OFFER, i)
+
+    def _place_kept(self, site: _Site, now: float) -> None:
+        """The kept jobs first, in order, as a pilot places them when a slot frees; one kept
+        longer than :data:`KEEP_S` was handed back then, and is parked from that moment."""
+        for i, kept_at in list(site.kept.items()):
+            width = (self.nodes[i], self.jobs[i].units)
+            if now - kept_at > KEEP_S:
+                del site.kept[i]
+                self.handed_back += 1
+                handed_at = kept_at + KEEP_S
+                site.parked.setdefault(width, {})[i] = (self._cycle(i, handed_at), handed_at)
+                continue
+            for pilot in site.pilots:
+                taken = pilot.take(*width)
+                if taken is not None:
+                    del site.kept[i]
+                    self.alloc[i] = (pilot, taken)
+                    self._start(i, now)
+                    break
 
     def _replay(
         self, site: _Site, i: int, cycle: _Cycle, parked_at: float, now: float

@@ -16,6 +16,12 @@ from lodestream.schemas.strategies import STRATEGIES, Strategy
 HAND_BACK_S = 0.5
 """How long a pilot hands back a job it cannot place yet (agents/launcher's NAK_DELAY_S):
 the simulator's hand-back delay when a recording does not show its own."""
+KEPT_PER_PILOT = 2
+"""Jobs a full pilot keeps, unleased, for its next free slot (launcher.prefetch's default):
+placed the moment room grows, not handed back."""
+KEEP_S = 2.0
+"""How long a pilot keeps such a job before it hands it back (agents/launcher/offering's
+WAIT_MAX_S)."""
 
 
 def amdahl_s(one_node_s: float, parallel_fraction: float, nodes: int) -> float:
