@@ -36,7 +36,7 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers import TransferModule
 from lodestream.agents.site.transfers.locations import BackendBuilder, declare_locations
 from lodestream.eventlog import EventLog
-from lodestream.eventlog.kernel import ACK, Settle, Tally, deliver_one
+from lodestream.eventlog.kernel import ACK, DeliveryCounts, Settle, deliver_one
 from lodestream.eventlog.pull import PullLoop, pull_consumer
 from lodestream.platform_adapters.schedulers import Scheduler
 from lodestream.schemas.topology import PROCESS
@@ -75,7 +75,7 @@ class SiteAgent:
             if settings.elastic.enabled
             else None
         )
-        self.deliveries = Tally()  # of process-<site>: refused, retried, failed
+        self.deliveries = DeliveryCounts()  # of process-<site>: refused, retried, failed
 
     async def run(self, stop: asyncio.Event) -> None:
         changes = await self.publisher.publish(self._apps)
@@ -126,7 +126,7 @@ class SiteAgent:
     async def _work(self, msg: Any, workers: asyncio.Semaphore) -> None:
         try:
             await deliver_one(self._process, msg, "site agent", retry_s=PROCESS.retry_s,
-                              tally=self.deliveries)  # fmt: skip
+                              counts=self.deliveries)  # fmt: skip
         finally:
             workers.release()
 

@@ -200,7 +200,7 @@ work in progress, or already settled by the work)."""
 
 
 @dataclass(slots=True)
-class Tally:
+class DeliveryCounts:
     """What a consumer's deliveries came to, for its log line at exit and its tests."""
 
     refused: int = 0  # refused by the shared rule: terminated
@@ -209,7 +209,7 @@ class Tally:
 
 
 def deliveries(
-    decide: DeliveryDecide, name: str, *, retry_s: float, tally: Tally | None = None
+    decide: DeliveryDecide, name: str, *, retry_s: float, counts: DeliveryCounts | None = None
 ) -> BatchHandler:
     """A batch handed on delivery by delivery, each settled as it was decided.
 
@@ -217,31 +217,31 @@ def deliveries(
     handed back for ``retry_s``, and one that meets anything else is logged and left
     unsettled: no delivery stops the others or the consumer.
     """
-    counts = tally if tally is not None else Tally()
+    kept = counts if counts is not None else DeliveryCounts()
 
     async def handle_each(msgs: list[Msg]) -> None:
         for msg in msgs:
-            await deliver_one(decide, msg, name, retry_s=retry_s, tally=counts)
+            await deliver_one(decide, msg, name, retry_s=retry_s, counts=kept)
 
     return handle_each
 
 
 async def deliver_one(
-    decide: DeliveryDecide, msg: Msg, name: str, *, retry_s: float, tally: Tally
+    decide: DeliveryDecide, msg: Msg, name: str, *, retry_s: float, counts: DeliveryCounts
 ) -> None:
     """Decide one delivery and settle it as decided (see :func:`deliveries`)."""
     try:
         how = await decide(msg)
     except Untrusted as exc:
-        tally.refused += 1
+        counts.refused += 1
         log.warning("%s: refused delivery on %s: %s", name, msg.subject, exc)
         how = TERM
     except Exception as exc:
         if not transient(exc):
-            tally.failed += 1
+            counts.failed += 1
             log.exception("%s: delivery on %s not handled", name, msg.subject)
             return
-        tally.retried += 1
+        counts.retried += 1
         log.warning("%s: %s not handled (%s); again in %g s", name, msg.subject,
                     first_line(exc), retry_s)  # fmt: skip
         how = Nak(retry_s)
@@ -268,7 +268,7 @@ def batches(
     name: str,
     *,
     committed: Committed,
-    tally: Tally,
+    counts: DeliveryCounts,
     recover: Callable[[], Awaitable[None]],
     retry_s: float = 0.5,
 ) -> BatchHandler:
@@ -292,7 +292,7 @@ def batches(
         except Exception as exc:
             if not transient(exc):
                 raise
-            tally.retried += 1
+            counts.retried += 1
             log.warning("%s: %s; will retry", name, first_line(exc))
             await recover()
             await asyncio.sleep(retry_s)

@@ -30,7 +30,7 @@ from lodestream.eventlog.kernel import (
     BatchDecide,
     BatchDecision,
     Committed,
-    Tally,
+    DeliveryCounts,
     batches,
     commit,
 )
@@ -166,8 +166,9 @@ class Controller:
         # A superset is safe (it costs a query); None means "too many to track: always query".
         self._awaited: set[uuid.UUID] | None = set()
         self.committed = Committed()  # every append's fate (landed, duplicate, lost CAS)
-        self.tally = Tally()  # batches left for redelivery because Postgres or NATS was away
-        self.refused = 0  # messages the shared rule refused (counted, logged, acked)
+        # Messages the shared rule refused (counted, logged, acked in their batch), and
+        # batches left for redelivery because Postgres or NATS was away.
+        self.counts = DeliveryCounts()
 
     @property
     def appended(self) -> int:
@@ -179,7 +180,11 @@ class Controller:
 
     @property
     def retried(self) -> int:
-        return self.tally.retried
+        return self.counts.retried
+
+    @property
+    def refused(self) -> int:
+        return self.counts.refused
 
     async def run(self, stop: asyncio.Event) -> None:
         delay = 0.5
@@ -231,7 +236,7 @@ class Controller:
         sub = await pull_consumer(self._js, stream, durable)
         pulling = PullLoop(sub, name=f"controller {stream}", batch=self._batch, timeout_s=0.5)
         handle = batches(decide, self._log, f"controller {stream}", committed=self.committed,
-                         tally=self.tally, recover=self._reads.close)  # fmt: skip
+                         counts=self.counts, recover=self._reads.close)  # fmt: skip
         try:
             await pulling.run(handle, stop)
         finally:
@@ -270,7 +275,7 @@ class Controller:
                 items.append((seq, event_from_message(msg.subject, msg.data)))
             except Untrusted as exc:
                 # The projector quarantines it too (same rule); there is nothing to decide.
-                self.refused += 1
+                self.counts.refused += 1
                 log.warning("controller: refused seq %d (%s): %s", seq, msg.subject, exc)
         return items
 
@@ -290,7 +295,7 @@ class Controller:
         kept = []
         for seq, event in items:
             if _site_written(event) and event.kind == "job" and seq not in applied:
-                self.refused += 1
+                self.counts.refused += 1
                 log.warning("controller: %s seq %d was quarantined; not acting on it",
                             event.type, seq)  # fmt: skip
                 continue
@@ -341,7 +346,7 @@ class Controller:
             check_creation(event, self._owners.get(event.site))
             apply(None, event, seq)  # a skip the projector quarantines: nothing to do either
         except IllegalTransition as exc:
-            self.refused += 1
+            self.counts.refused += 1
             log.warning("controller: not creating job %s: %s", event.aggregate_id, exc)
             return []
         self._remember(_key(event), created)
@@ -434,7 +439,7 @@ class Controller:
             try:
                 beat = heartbeat_message(msg.subject, msg.headers, msg.data)
             except Untrusted as exc:
-                self.refused += 1
+                self.counts.refused += 1
                 log.warning("controller: refused heartbeat %s: %s", msg.subject, exc)
                 continue
             if isinstance(beat, HeartbeatExpired):

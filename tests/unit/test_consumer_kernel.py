@@ -26,9 +26,9 @@ from lodestream.eventlog.kernel import (
     Append,
     BatchDecision,
     Committed,
+    DeliveryCounts,
     Nak,
     Settle,
-    Tally,
     batches,
     commit,
     deliveries,
@@ -205,9 +205,9 @@ async def test_each_delivery_is_settled_as_decided_and_none_stops_the_others(
                 return Nak(3.0)
         return ACK
 
-    tally = Tally()
+    counts = DeliveryCounts()
     batch = [Delivery(s) for s in ("ok", "forged", "nats away", "bug", "held", "later", "ok2")]
-    await deliveries(decide, "test", retry_s=1.5, tally=tally)(msgs(*batch))
+    await deliveries(decide, "test", retry_s=1.5, counts=counts)(msgs(*batch))
     assert {d.subject: d.settled for d in batch} == {
         "ok": ["ack"],
         "forged": ["term"],  # never redelivered
@@ -217,7 +217,7 @@ async def test_each_delivery_is_settled_as_decided_and_none_stops_the_others(
         "later": ["nak 3.0"],
         "ok2": ["ack"],
     }
-    assert (tally.refused, tally.retried, tally.failed) == (1, 1, 1)
+    assert (counts.refused, counts.retried, counts.failed) == (1, 1, 1)
     assert "KeyError" in caplog.text
 
 
@@ -234,10 +234,10 @@ async def test_a_batch_is_acked_only_after_its_appends_and_what_it_learnt_follow
     async def recover() -> None:
         order.append("recovered")
 
-    committed, tally = Committed(), Tally()
+    committed, counts = Committed(), DeliveryCounts()
     batch = [Delivery("a"), Delivery("b")]
     handle = batches(decide, cast(EventLog, event_log), "test", committed=committed,
-                     tally=tally, recover=recover, retry_s=0)  # fmt: skip
+                     counts=counts, recover=recover, retry_s=0)  # fmt: skip
     await handle(msgs(*batch))
     assert [d.settled for d in batch] == [["ack"], ["ack"]]
     assert committed.appended == 2
@@ -254,14 +254,14 @@ async def test_a_transient_failure_leaves_the_batch_unacked_and_unlearnt() -> No
     async def recover() -> None:
         order.append("recovered")
 
-    tally = Tally()
+    counts = DeliveryCounts()
     batch = [Delivery("a")]
     handle = batches(decide, cast(EventLog, event_log), "test", committed=Committed(),
-                     tally=tally, recover=recover, retry_s=0)  # fmt: skip
+                     counts=counts, recover=recover, retry_s=0)  # fmt: skip
     await handle(msgs(*batch))
     assert batch[0].settled == []  # redelivered after the ack wait, decided again
     assert order == ["recovered"]  # not "learnt": the next try must find it again
-    assert tally.retried == 1
+    assert counts.retried == 1
 
 
 async def test_a_bug_in_a_batch_decision_is_not_taken_for_an_outage() -> None:
@@ -272,6 +272,6 @@ async def test_a_bug_in_a_batch_decision_is_not_taken_for_an_outage() -> None:
         raise AssertionError("not an outage")
 
     handle = batches(decide, cast(EventLog, ScriptedLog([])), "test", committed=Committed(),
-                     tally=Tally(), recover=recover, retry_s=0)  # fmt: skip
+                     counts=DeliveryCounts(), recover=recover, retry_s=0)  # fmt: skip
     with pytest.raises(KeyError):
         await handle(msgs(Delivery("a")))

@@ -52,8 +52,8 @@ from lodestream.eventlog.kernel import (
     ACK,
     HOLD,
     Append,
+    DeliveryCounts,
     Nak,
-    Tally,
     commit_one,
     deliveries,
     hand_back,
@@ -100,7 +100,7 @@ class SchedulerStats:
     cancelled: int = 0
     synced: int = 0  # queued, running and finished events appended
     scheduler_errors: int = 0
-    deliveries: Tally = field(default_factory=Tally)  # refused, retried, failed
+    deliveries: DeliveryCounts = field(default_factory=DeliveryCounts)  # refused, retried, failed
 
 
 class PilotScheduler:
@@ -126,7 +126,7 @@ class PilotScheduler:
         # ``handle`` settles or holds each delivery itself; the kernel terms what the shared
         # rule refuses and hands back what met NATS away.
         self.consume = deliveries(self.handle, "scheduler", retry_s=retry_s,
-                                  tally=self.stats.deliveries)  # fmt: skip
+                                  counts=self.stats.deliveries)  # fmt: skip
         self.appended = 0  # events this module put on the log
 
     # --- the loop ---------------------------------------------------------------------------

@@ -128,7 +128,7 @@ class TransferModule:
         # ``deliver`` holds or settles each delivery itself; the kernel terms what the shared
         # rule refuses and hands back what met NATS away (the feed's retry_s).
         self.consume = deliveries(self.deliver, "transfers", retry_s=XFER.retry_s,
-                                  tally=self.stats.deliveries)  # fmt: skip
+                                  counts=self.stats.deliveries)  # fmt: skip
         self._progress_at = 0.0
 
     @property

@@ -9,7 +9,7 @@ from typing import Any
 
 from lodestream.agents.site.transfers import plan
 from lodestream.agents.site.transfers.history import ItemView
-from lodestream.eventlog.kernel import Tally
+from lodestream.eventlog.kernel import DeliveryCounts
 
 
 @dataclass(slots=True)
@@ -39,7 +39,7 @@ class TransferStats:
     failed: int = 0
     retried: int = 0  # attempts after a transient fault
     backend_errors: int = 0  # submit or poll calls that failed
-    deliveries: Tally = field(default_factory=Tally)  # refused, retried, failed
+    deliveries: DeliveryCounts = field(default_factory=DeliveryCounts)  # refused, retried, failed
     resumed: int = 0  # items found already submitted (a redelivery)
     cache_hits: int = 0  # items served from the site's stage cache
     cache_waits: int = 0  # items that waited for the same source already being fetched
