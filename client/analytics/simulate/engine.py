@@ -359,15 +359,8 @@ class _Run:
             if first is None:
                 return
             (_, _, i), width = first
-            for pilot in site.pilots:
-                taken = pilot.take(*width)
-                if taken is not None:
-                    self.alloc[i] = (pilot, taken)
-                    heapq.heappop(site.queues[width])
-                    self._start(i, now)
-                    if site.busy_since is None and not site.any_free():
-                        site.busy_since = now
-                    break
+            if self._take(site, i, width, now):
+                heapq.heappop(site.queues[width])
             else:
                 # A pilot fetches only with a slot free (a job of one slot fits any).
                 if width == (1, 1) or not site.any_free():
@@ -426,13 +419,21 @@ class _Run:
                 handed_at = kept_at + KEEP_S
                 site.parked.setdefault(width, {})[i] = (self._cycle(i, handed_at), handed_at)
                 continue
-            for pilot in site.pilots:
-                taken = pilot.take(*width)
-                if taken is not None:
-                    del site.kept[i]
-                    self.alloc[i] = (pilot, taken)
-                    self._start(i, now)
-                    break
+            if self._take(site, i, width, now):
+                del site.kept[i]
+
+    def _take(self, site: _Site, i: int, width: tuple[int, int], now: float) -> bool:
+        """Start job ``i`` on the first pilot with room for it; whether one had. A start
+        that takes a site's last free slot begins a spell with none free."""
+        for pilot in site.pilots:
+            taken = pilot.take(*width)
+            if taken is not None:
+                self.alloc[i] = (pilot, taken)
+                self._start(i, now)
+                if site.busy_since is None and not site.any_free():
+                    site.busy_since = now
+                return True
+        return False
 
     def _replay(
         self, site: _Site, i: int, cycle: _Cycle, parked_at: float, now: float
