@@ -16,6 +16,7 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.eventlog import EventLog
 from lodestream.schemas.events import JobKilled
 from lodestream.schemas.subjects import EVENTS_STREAM
+from lodestream.schemas.topology import LAUNCH
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import (
     control_plane,
@@ -123,6 +124,48 @@ async def test_sigkilled_launcher_jobs_are_recovered_by_another(
         # the successor's run is reported once: the job.finished that stands for its run_done
         assert events.count("job.run_done") == 0
         assert events.count("job.finished") == 1
+
+
+async def test_deliveries_a_sigkilled_pilot_kept_unleased_run_once_elsewhere(
+    secure_nats: SecureNats, database_url: str, tmp_path: Path
+) -> None:
+    """A full pilot keeps deliveries beside its slots (``launcher.prefetch``) without leasing
+    them. Killed with them in hand it cannot hand them back: they come back when the launch
+    feed's ack wait runs out, and its successor runs each of them once."""
+    settings = secure_site_dir(secure_nats, tmp_path, virtual_nodes=1, cores_per_node=1, prefetch=2)
+    async with control_plane(secure_nats, database_url) as js:
+        await EventLog(js).append(site_registered(SITE, OWNER), expect=0)
+        running, *kept = await submit(js, [
+            job_created(SITE, OWNER, app="sleeper", workdir=f"p/{i}", parameters={"seconds": s})
+            for i, s in enumerate(["20", "1", "1"])
+        ])  # fmt: skip
+        # The agent's timeout handler restarts the job the killed pilot was running.
+        agent = spawn("agent", settings, tmp_path / "agent.log")
+        first = spawn("launcher", settings, tmp_path / "l1.log")
+        second = None
+        try:
+            await until_all(database_url, [running], "RUNNING", timeout_s=60)
+            # The launch feed itself says the pilot holds the other two, unacknowledged.
+            async with asyncio.timeout(30):
+                while (
+                    await js.consumer_info(LAUNCH.stream, LAUNCH.durable(SITE))
+                ).num_ack_pending < 2:
+                    await asyncio.sleep(0.02)
+            first.send_signal(signal.SIGKILL)
+            first.wait()
+            assert await started_counts(database_url, kept) == {}  # kept is not leased
+            second = spawn("launcher", settings, tmp_path / "l2.log")
+            await until_all(database_url, kept, "JOB_FINISHED", timeout_s=LAUNCH.ack_wait_s + 60)
+            await until_all(database_url, [running], "JOB_FINISHED", timeout_s=90)
+        finally:
+            for proc in (first, second, agent):
+                if proc is not None:
+                    stop(proc)
+    assert "Traceback" not in (tmp_path / "l1.log").read_text()  # its warm template too
+    assert await started_counts(database_url, kept) == dict.fromkeys(kept, 1)
+    # The leased one: once by the killed pilot, timed out with its session, once by the next.
+    assert await started_counts(database_url, [running]) == {running: 2}
+    assert (await history(database_url, running)).count("job.run_timed_out") == 1
 
 
 async def test_paused_launcher_is_fenced_and_kills_its_stale_task(

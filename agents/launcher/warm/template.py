@@ -34,6 +34,15 @@ CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    try:
+        return _serve_pilot(args)
+    except (BrokenPipeError, ConnectionResetError):
+        # The pilot went away (SIGKILLed, say) while we told it something: nobody is left to
+        # tell, and the workers went with _serve_pilot's cleanup.
+        return 0
+
+
+def _serve_pilot(args: argparse.Namespace) -> int:
     ctl = socket.socket(fileno=args.fd)
     try:
         apps = load_apps(Path(args.apps_dir))
