@@ -22,6 +22,7 @@ from nats.aio.client import Client
 from lodestream.client.analytics.errors import OutputError
 from lodestream.client.analytics.intake import Raw
 from lodestream.client.analytics.jsonl import export_line, file_batches
+from lodestream.client.analytics.pick import JobPick
 from lodestream.client.analytics.replay import Replay
 from lodestream.client.analytics.selection import Selection
 from lodestream.client.analytics.stream import stream_batches
@@ -66,7 +67,7 @@ async def load_watch(
 
 async def export_stream(nc: Client, selection: Selection, out: Path) -> int:
     """Copy the selected messages of ``EVENTS`` to ``out``; how many were written."""
-    return await _export(stream_batches(nc, selection), out)
+    return await _export(stream_batches(nc, selection), out, selection)
 
 
 async def export_watch(
@@ -78,17 +79,22 @@ async def export_watch(
     log_end: int | None = None,
 ) -> int:
     """Copy ``sites``' messages, read with the monitoring credential, to ``out``."""
-    return await _export(watch_batches(credential, sites, selection, log_end=log_end), out)
+    batches = watch_batches(credential, sites, selection, log_end=log_end)
+    return await _export(batches, out, selection)
 
 
-async def _export(batches: AsyncIterator[list[Raw]], out: Path) -> int:
+async def _export(batches: AsyncIterator[list[Raw]], out: Path, selection: Selection) -> int:
+    """Write ``batches`` to ``out``: only the selected jobs' events when the selection picks
+    jobs (:class:`JobPick`), every message otherwise."""
+    pick = JobPick(selection) if JobPick.needed(selection) else None
     written = 0
     partial = out.with_name(f".{out.name}.partial")
     try:
         with partial.open("wb") as handle:
             async for raws in batches:
-                handle.writelines(export_line(raw) for raw in raws)
-                written += len(raws)
+                kept = raws if pick is None else [raw for raw in raws if pick.keeps(raw)]
+                handle.writelines(export_line(raw) for raw in kept)
+                written += len(kept)
         partial.replace(out)  # a copy cut short never passes for a whole one
     except OSError as exc:
         raise OutputError(f"cannot write {out}: {exc.strerror or exc}") from exc

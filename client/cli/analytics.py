@@ -258,19 +258,26 @@ def report_command(
 def export_command(
     out: Path = typer.Option(..., "--out", help="The JSONL file to write."),
     site: list[str] = SITE,
+    app: list[str] = APP,
+    tag: list[str] = TAG,
     since: str | None = typer.Option(
         None, "--since", help="From this stream sequence, or this time (ISO) or duration ago."
     ),
+    until: str | None = UNTIL,
     control_plane: bool = CONTROL,
     credential_file: Path | None = CREDENTIAL_OPTION,
     nats_url: str | None = NATS_URL_OPTION,
     ca_file: Path | None = CA_FILE_OPTION,
     state_dir: Path = STATE_DIR_OPTION,
 ) -> None:
-    """Copy the log (your sites, or all with --control-plane) to a file, one event a line."""
+    """Copy the log (your sites, or all with --control-plane) to a file, one event a line.
+
+    With --app, --tag or --until only the jobs they pick are copied, each with all its
+    events; pilot sessions, batch jobs, apps and sites are copied whole.
+    """
     from lodestream.client.analytics import export_stream, export_watch  # noqa: PLC0415
 
-    selection = _selection(site, [], [], since, None)
+    selection = _selection(site, app, tag, since, until)
     try:
         if control_plane:
             settings = _control_settings(state_dir)

@@ -119,6 +119,13 @@ def test_the_summary_of_a_real_run_from_the_live_stream(
         lode(stack, "export", "--out", str(copy), *common)
         copied: dict[str, Any] = json.loads(lode(stack, "summary", "--json",
                                                  "--from-file", str(copy)))  # fmt: skip
+        # A copy of one app's jobs: the failing one, each of its events, the sessions whole.
+        only = tmp_path / "fails.jsonl"
+        lode(stack, "export", "--out", str(only), "--app", "fails", *common)
+        only_fails: dict[str, Any] = json.loads(lode(stack, "summary", "--json",
+                                                     "--from-file", str(only)))  # fmt: skip
+        live_fails: dict[str, Any] = json.loads(lode(stack, "summary", "--json", "--app",
+                                                     "fails", *common))  # fmt: skip
         operator: dict[str, Any] = json.loads(lode(stack, "summary", "--json", "--control-plane",
                                                    "--site", "alpha", "--state-dir",
                                                    str(tmp_path / ".lode")))  # fmt: skip
@@ -162,6 +169,11 @@ def test_the_summary_of_a_real_run_from_the_live_stream(
     assert uuid.UUID(live["failures"][0]["example_job"])
     # ...a copy of the log folds into exactly the same figures...
     assert copied == live
+    # ...a copy of one app's jobs folds as the live read of that app does...
+    assert only_fails["jobs_by_state"] == {"RUN_ERROR": 1}
+    assert {k: v for k, v in only_fails.items() if k not in ("selection", "read")} == {
+        k: v for k, v in live_fails.items() if k not in ("selection", "read")
+    }
     # ...and so does an operator's read of EVENTS (the same site's events, the same fold).
     assert {k: v for k, v in operator.items() if k != "selection"} == {
         k: v for k, v in live.items() if k != "selection"
