@@ -446,8 +446,10 @@ class _Run:
                 continue
             if offer >= now - tie:
                 break
-            self.handed_back += 1
-            offer = cycle.first_after(offer)
+            # A slot free until the next spell: every offer till then is a hand-back.
+            later = starts[j + 1] if j + 1 < len(starts) else math.inf
+            handed, offer = cycle.offers_until(offer, min(later, now - tie))
+            self.handed_back += handed
         return cycle
 
     @staticmethod

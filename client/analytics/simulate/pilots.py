@@ -86,6 +86,13 @@ class Cycle:
         """The first offer after ``at`` (and after the hand-back)."""
         return self._point(self._after(max(at, self.handed_at)))
 
+    def offers_until(self, offer: float, limit: float) -> tuple[int, float]:
+        """From ``offer`` (one of the points), how many come before ``limit`` (at least that
+        one), and the first point after them."""
+        k = round((offer - self.phase) / self.period)
+        last = max(self._at_or_after(limit), k + 1)
+        return last - k, self._point(last)
+
     def first_at_or_after(self, at: float) -> float:
         """The first offer at ``at`` or later (and after the hand-back)."""
         return self._point(max(self._at_or_after(at), self._after(self.handed_at)))
