@@ -252,7 +252,7 @@ async def test_a_workload_with_retries_and_a_chain_predicted_for_two_and_four_pi
 # item up and reports it at the ends of its fetches (up to 0.5 s each), so a step takes
 # 0.2 to 1 s whatever its bytes, and what the stage-in and the last stage-out draw is
 # chance, up to about 2 s between two runs: 128 jobs make the makespan (11 to 20 s) long
-# enough for that to stay within the 15 % (8 runs: -14.4 % to +2.6 %); 16 or 32 jobs
+# enough for that to stay within the 15 % (10 runs: -14.4 % to +4.2 %); 16 or 32 jobs
 # missed by up to 28 %, 64 by up to 17 % (bench/RESULTS.md, 2026-12-07).
 STAGED = 128
 STAGED_BYTES = 1024 * 1024
