@@ -65,18 +65,20 @@ def test_a_recorded_hand_back_keeps_its_phase() -> None:
 
 
 def test_a_pilot_with_room_to_keep_it_places_it_the_moment_a_node_frees() -> None:
-    # Kept at 1 s (launcher.prefetch), not handed back: node 0 frees at 3 s, it starts then
-    # (round the cycle instead, it would start at 3.2 s: see the first test).
-    whole = one(1.0, units=2, order=0.4)
+    # Runnable at 1 s while the pilot is full: it fetches it all the same and keeps it
+    # (launcher.prefetch), not handed back: node 0 frees at 3 s, it starts then (round the
+    # cycle instead, it would start at 3.2 s: see the first test).
+    whole = one(1.0, arrival=1.0, units=2, order=0.4)
     prediction = simulate(workload(whole, kept=2), Scenario())
     assert prediction.makespan_s == pytest.approx(4.0)
     assert prediction.handed_back == 0
 
 
 def test_a_job_kept_longer_than_its_pilot_keeps_one_is_handed_back_then() -> None:
-    # Kept at 1 s; nodes busy until 4 s: handed back at 3 s (kept 2 s), offered at 3.5 s (a
-    # slot is free, no node: back again) and at 4 s, when the nodes free first: ends 5 s.
-    whole = one(1.0, units=2, order=0.4)
+    # Kept at 1 s (behind the job of 0.9 s, kept too and placed at 1 s); nodes busy until
+    # 4 s: handed back at 3 s (kept 2 s), offered at 3.5 s (a slot is free, no node: back
+    # again) and at 4 s, when the nodes free first: ends 5 s.
+    whole = one(1.0, arrival=1.0, units=2, order=0.4)
     kept = simulate(workload(whole, busy_until=4.0, kept=2, late=0.9), Scenario())
     assert kept.makespan_s == pytest.approx(5.0)
     assert kept.handed_back == 2
@@ -106,3 +108,22 @@ def test_offers_of_one_phase_come_back_together() -> None:
     # One phase, at the latest of its offers moved onto one cycle (none before its own).
     phase = hand_back_phases([10.0, 10.5005, 11.0, 10.2], 0.5)
     assert phase == pytest.approx({10.0: 10.0005, 10.5005: 10.0005, 11.0: 10.0005, 10.2: 10.2})
+
+
+def test_a_kept_job_waits_for_its_own_pilot_while_another_has_room() -> None:
+    # Two pilots of 2 slots; the jobs go to their fetches in turn: A runs the two 3 s jobs,
+    # B the two 0.5 s ones. The fifth job comes to A, full, which keeps it (launcher.prefetch)
+    # for its own next slot; B keeps the sixth and starts it at 0.5 s, then has room, but
+    # the fifth is A's: handed back at 2 s (kept 2 s), offered at 2.5 s to the pilot whose
+    # fetch is next, A again, which keeps it until its slots free at 3 s: it ends at 4 s.
+    # Deliveries a site held for whichever pilot frees first, it would have ended at 1.5 s.
+    runs = (3.0, 0.5, 3.0, 0.5, 1.0, 1.0)
+    jobs = tuple(one(run, order=0.1 * k) for k, run in enumerate(runs))
+    two: dict[str, tuple[PilotShape, ...]] = {"a": (PilotShape(0.0, (2,)), PilotShape(0.0, (2,)))}
+    cal = Calibration(jobs=jobs, pilots=two, capacity_source="test", makespan_s=1.0,
+                      storage=None, stages={}, hand_back_s=0.5, kept_per_pilot=2)  # fmt: skip
+    kept = simulate(cal, Scenario())
+    assert kept.makespan_s == pytest.approx(4.0)
+    assert kept.handed_back == 1
+    # Pilots that keep nothing fetch only with a slot free: B takes both at 0.5 s.
+    assert simulate(replace(cal, kept_per_pilot=0), Scenario()).makespan_s == pytest.approx(3.0)

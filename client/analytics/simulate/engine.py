@@ -8,12 +8,15 @@ How the pilots are modelled, and why:
 * A site's runnable jobs wait in the order their pilots leased them in the recording (the
   ``launch-<site>`` consumer's delivery and the pilots' fetches decide it, not the order
   of becoming runnable: replaying that order is what gives the recording back), else in
-  the order they became runnable (kept as one queue per job width). A free slot goes to
-  the first job that fits. One that does not fit while a pilot has a slot free is handed
-  back, as that pilot hands back (nak) what it fetched and cannot place: it leaves the
-  queue, so a node that frees up meanwhile goes to the next job, and is offered again
-  after the hand-back delay (in the phase its cycle had in the recording, when it was
-  handed back there too). With no slot free no pilot fetches: the job keeps its place.
+  the order they became runnable (kept as one queue per job width). The queue's first job
+  goes to the pilot whose fetch is next in turn, among those that fetch (a slot free, or
+  room to keep one more delivery: launcher.prefetch); that pilot starts it if it fits
+  there, else keeps it for its own next room (at most :data:`KEEP_S`: another pilot's
+  free slot is not its), else hands it back (nak), as a pilot does with what it fetched
+  and cannot place: it leaves the queue, so a node that frees up meanwhile goes to the
+  next job, and is offered again after the hand-back delay (in the phase its cycle had in
+  the recording, when it was handed back there too). With no pilot fetching, the job
+  keeps its place.
 * A job of one node takes its ``units`` slots of one node of an open pilot (a slot is a
   core; a job that may share its node with one other takes half of it); a job of ``n > 1``
   nodes takes ``n`` whole idle nodes of one pilot (an MPI job).
@@ -49,6 +52,7 @@ from lodestream.client.analytics.simulate.model import (
     amdahl_s,
     workload,
 )
+from lodestream.client.analytics.simulate.pilots import Cycle, Pilot
 from lodestream.client.analytics.simulate.storage import SharedStorage
 from lodestream.schemas.resources import JobResources
 from lodestream.services.api.capacity import (
@@ -61,7 +65,10 @@ from lodestream.services.api.capacity import (
 )
 from lodestream.services.api.placement import SiteLoad, choose, site_figures
 
-_ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE, _OFFER = range(6)
+_ARRIVE, _RUNNABLE, _OPEN, _IO, _DONE, _OFFER, _UNKEEP = range(7)
+# A pilot hands back what it kept *longer* than KEEP_S: at a tie with a slot freeing (a job
+# kept behind one of exactly that length), the slot wins. Such events sort after the others.
+_LAST = 1 << 62
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,62 +85,11 @@ class Prediction:
 
 
 @dataclass(slots=True)
-class _Pilot:
-    size: list[int]
-    free: list[int]
-    free_slots: int = 0  # counters, so that a full pilot is passed over at once
-    idle_nodes: int = 0
-
-    def __post_init__(self) -> None:
-        self.free_slots = sum(self.free)
-        self.idle_nodes = sum(1 for f, s in zip(self.free, self.size, strict=True) if f == s)
-
-    def take(self, nodes: int, units: int = 1) -> tuple[tuple[int, int], ...] | None:
-        """``units`` slots of one node for a one-node job, else ``nodes`` idle nodes whole:
-        (node, slots taken) each; None if they are not free."""
-        if nodes == 1:
-            if self.free_slots < units:
-                return None
-            for j, left in enumerate(self.free):
-                need = min(units, self.size[j])  # a node narrower than the job: all of it
-                if left >= need:
-                    self.idle_nodes -= left == self.size[j]
-                    self.free[j] -= need
-                    self.free_slots -= need
-                    return ((j, need),)
-            return None
-        if self.idle_nodes < nodes:
-            return None
-        idle = [j for j, left in enumerate(self.free) if left == self.size[j]][:nodes]
-        for j in idle:
-            self.free_slots -= self.free[j]
-            self.free[j] = 0
-        self.idle_nodes -= nodes
-        return tuple((j, self.size[j]) for j in idle)
-
-    def fits(self, nodes: int, units: int = 1) -> bool:
-        """Whether :meth:`take` would succeed now (taking nothing)."""
-        if nodes != 1:
-            return self.idle_nodes >= nodes
-        if self.free_slots < units:
-            return False
-        return any(
-            left >= min(units, size) for left, size in zip(self.free, self.size, strict=True)
-        )
-
-    def give_back(self, taken: tuple[tuple[int, int], ...]) -> None:
-        for j, count in taken:
-            self.free[j] += count
-            self.free_slots += count
-            self.idle_nodes += self.free[j] == self.size[j]
-
-
-@dataclass(slots=True)
 class _Site:
     # The runnable jobs, one queue (a heap) per width (nodes): (the attempt's recorded lease,
     # else when it became runnable; order of becoming runnable; job).
     queues: dict[tuple[int, int], list[tuple[float, int, int]]] = field(default_factory=dict)
-    pilots: list[_Pilot] = field(default_factory=list)
+    pilots: list[Pilot] = field(default_factory=list)
     widest: int = 0  # nodes of its widest pilot (open or not)
     storage: SharedStorage | None = None
     load: SiteLoad = field(default_factory=lambda: SiteLoad(0, {}))
@@ -143,9 +99,10 @@ class _Site:
     medians: dict[str, float] = field(default_factory=dict)  # app -> median of runs
     # Jobs handed back, by width: job -> (its cycle, offers up to when are accounted for).
     # Offered again only once the room has grown enough for them (see _Run._wake).
-    parked: dict[tuple[int, int], dict[int, tuple[_Cycle, float]]] = field(default_factory=dict)
-    # Jobs its pilots keep for the next room (launcher.prefetch), and since when, in order.
-    kept: dict[int, float] = field(default_factory=dict)
+    parked: dict[tuple[int, int], dict[int, tuple[Cycle, float]]] = field(default_factory=dict)
+    # Its open pilots in the order their fetches are served (launcher's pull requests).
+    turn: deque[Pilot] = field(default_factory=deque)
+    kept: int = 0  # jobs its pilots keep
     busy_since: float | None = None  # since when no open pilot has a slot free
     # While jobs are parked: the spells with no slot free, their starts and their ends.
     spell_starts: list[float] = field(default_factory=list)
@@ -157,8 +114,9 @@ class _Site:
     def __post_init__(self) -> None:
         self.load.capacity = SiteCapacity(run_s=self.medians)
 
-    def opened(self, pilot: _Pilot) -> None:
+    def opened(self, pilot: Pilot) -> None:
         self.pilots.append(pilot)
+        self.turn.append(pilot)
         self.fit.clear()
         # As the API reads it: a slot of the simulation is one core of a node.
         nodes = tuple(Node(cores=size) for size in pilot.size)
@@ -198,7 +156,7 @@ class _Run:
         self.sites = {site: _Site() for site in cal.pilots}
         self.heap: list[tuple[float, int, int, int]] = []
         self.seq = 0
-        self.alloc: dict[int, tuple[_Pilot, tuple[tuple[int, int], ...]]] = {}
+        self.alloc: dict[int, tuple[Pilot, tuple[tuple[int, int], ...]]] = {}
         self.site_of: list[str] = [job.site for job in self.jobs]
         self.attempt = [0] * n  # the attempt each job is at
         self.pending = [len(job.parents) for job in self.jobs]  # parents not ended
@@ -213,19 +171,20 @@ class _Run:
         self.key = [0.0] * n  # its place in its site's queue
         self.hand_back_s = cal.hand_back_s
         self.kept_per_pilot = cal.kept_per_pilot
+        self.keeper: dict[int, Pilot] = {}  # job -> the pilot that keeps it
         self.handed_back = 0
         self.run_times = RunTimes()  # each app's median across the sites
         self.waited = 0.0
         self.runs = 0
         self.end = 0.0
-        self.opening: list[tuple[str, _Pilot]] = []
+        self.opening: list[tuple[str, Pilot]] = []
         bandwidth = self._bandwidth(cal)
         for site, state in self.sites.items():
             shapes = scenario.pilots_of(site, cal.pilots[site])
             state.widest = max(len(s.slots_per_node) for s in shapes)
             state.storage = SharedStorage(bandwidth) if bandwidth is not None else None
             for shape in shapes:
-                self.opening.append((site, _Pilot(list(shape.slots_per_node),
+                self.opening.append((site, Pilot(list(shape.slots_per_node),
                                                   list(shape.slots_per_node))))  # fmt: skip
                 self._push(shape.opens_at, _OPEN, len(self.opening) - 1)
         self._check_fits()
@@ -273,9 +232,9 @@ class _Run:
                 raise BadScenario(f"a job of {nodes} node(s) fits no pilot (the widest has "
                                   f"{limit} node(s))")  # fmt: skip
 
-    def _push(self, at: float, kind: int, index: int) -> None:
+    def _push(self, at: float, kind: int, index: int, *, last: bool = False) -> None:
         self.seq += 1
-        heapq.heappush(self.heap, (at, self.seq, kind, index))
+        heapq.heappush(self.heap, (at, self.seq + _LAST if last else self.seq, kind, index))
 
     def run(self) -> Prediction:
         heap = self.heap
@@ -304,6 +263,8 @@ class _Run:
                 self._dispatch(site, now)
             elif kind == _DONE:
                 self._done(i, now)
+            elif kind == _UNKEEP:
+                self._unkeep(i, now)
             elif kind == _IO:
                 storage = self.sites[self.site_of[i]].storage
                 assert storage is not None  # an _IO event is pushed only with storage
@@ -349,8 +310,10 @@ class _Run:
         heapq.heappush(site.queues.setdefault(width, []), (self.key[i], self.seq, i))
 
     def _dispatch(self, site: _Site, now: float) -> None:
-        """Start the earliest runnable job that fits, until none does. One that does not fit
-        while a slot is free is handed back; with none free, nothing fits: all wait."""
+        """Hand the earliest runnable jobs to the pilots that fetch, until none does. A pilot
+        fetches while it has a slot free or room to keep one more job; a job goes to the
+        pilot whose fetch is next in turn (then last in turn), which starts it if it fits
+        there, else keeps it, else hands it back."""
         while True:
             first = None
             for width, queue in site.queues.items():
@@ -358,18 +321,30 @@ class _Run:
                     first = (queue[0], width)
             if first is None:
                 return
+            pilot = self._fetching(site)
+            if pilot is None:
+                return
             (_, _, i), width = first
-            if self._take(site, i, width, now):
-                heapq.heappop(site.queues[width])
+            heapq.heappop(site.queues[width])
+            site.turn.remove(pilot)
+            site.turn.append(pilot)
+            if self._take(site, pilot, i, width, now):
+                continue
+            if len(pilot.kept) < self.kept_per_pilot:
+                pilot.kept[i] = now  # placed the moment room grows on this pilot
+                self.keeper[i] = pilot
+                site.kept += 1
+                self._push(now + KEEP_S, _UNKEEP, i, last=True)
             else:
-                # A pilot fetches only with a slot free (a job of one slot fits any).
-                if width == (1, 1) or not site.any_free():
-                    return
-                heapq.heappop(site.queues[width])
-                if len(site.kept) < self.kept_per_pilot * len(site.pilots):
-                    site.kept[i] = now  # its pilot keeps it: placed the moment room grows
-                else:
-                    self._park(site, i, now)
+                self._park(site, i, now)
+
+    def _fetching(self, site: _Site) -> Pilot | None:
+        """The pilot whose fetch the next delivery goes to: each open pilot fetches while it
+        has a slot free or may keep another delivery (launcher._fetch_size), in turn."""
+        for pilot in site.turn:
+            if pilot.free_slots or len(pilot.kept) < self.kept_per_pilot:
+                return pilot
+        return None
 
     def _park(self, site: _Site, i: int, now: float) -> None:
         self.handed_back += 1
@@ -409,35 +384,48 @@ class _Run:
                     self._push(self._next_offer(cycle, now, since), _OFFER, i)
 
     def _place_kept(self, site: _Site, now: float) -> None:
-        """The kept jobs first, in order, as a pilot places them when a slot frees; one kept
-        longer than :data:`KEEP_S` was handed back then, and is parked from that moment."""
-        for i, kept_at in list(site.kept.items()):
-            width = (self.nodes[i], self.jobs[i].units)
-            if now - kept_at > KEEP_S:
-                del site.kept[i]
-                self.handed_back += 1
-                handed_at = kept_at + KEEP_S
-                site.parked.setdefault(width, {})[i] = (self._cycle(i, handed_at), handed_at)
-                continue
-            if self._take(site, i, width, now):
-                del site.kept[i]
-
-    def _take(self, site: _Site, i: int, width: tuple[int, int], now: float) -> bool:
-        """Start job ``i`` on the first pilot with room for it; whether one had. A start
-        that takes a site's last free slot begins a spell with none free."""
+        """Each pilot's kept jobs first, in order, on that pilot, as it places them when a
+        slot of its own frees."""
         for pilot in site.pilots:
-            taken = pilot.take(*width)
-            if taken is not None:
-                self.alloc[i] = (pilot, taken)
-                self._start(i, now)
-                if site.busy_since is None and not site.any_free():
-                    site.busy_since = now
-                return True
-        return False
+            for i in list(pilot.kept):
+                if self._take(site, pilot, i, (self.nodes[i], self.jobs[i].units), now):
+                    del pilot.kept[i]
+                    del self.keeper[i]
+                    site.kept -= 1
+
+    def _unkeep(self, i: int, now: float) -> None:
+        """Job ``i`` has been kept for :data:`KEEP_S` (if it still is): its pilot hands it
+        back. Offered at its next offer if another pilot has room for it now, else parked
+        until room grows; its pilot may fetch another meanwhile."""
+        pilot = self.keeper.get(i)
+        if pilot is None or pilot.kept[i] + KEEP_S != now:  # placed, or kept again since
+            return
+        site = self.sites[self.site_of[i]]
+        del pilot.kept[i]
+        del self.keeper[i]
+        site.kept -= 1
+        self._park(site, i, now)
+        width = (self.nodes[i], self.jobs[i].units)
+        if any(other.fits(*width) for other in site.pilots):
+            cycle, _ = site.parked[width].pop(i)
+            self._push(cycle.first_after(now), _OFFER, i)
+        self._dispatch(site, now)
+
+    def _take(self, site: _Site, pilot: Pilot, i: int, width: tuple[int, int], now: float) -> bool:
+        """Start job ``i`` on ``pilot`` if it has room for it; whether it had. A start that
+        takes a site's last free slot begins a spell with none free."""
+        taken = pilot.take(*width)
+        if taken is None:
+            return False
+        self.alloc[i] = (pilot, taken)
+        self._start(i, now)
+        if site.busy_since is None and not site.any_free():
+            site.busy_since = now
+        return True
 
     def _replay(
-        self, site: _Site, i: int, cycle: _Cycle, parked_at: float, now: float
-    ) -> _Cycle | None:
+        self, site: _Site, i: int, cycle: Cycle, parked_at: float, now: float
+    ) -> Cycle | None:
         """Job ``i``'s offers since ``parked_at``, each counted: one while a slot was free is
         a hand-back; one in a spell with no slot free left it queued until the spell's end,
         where it did not fit (else it would have been unparked) and was handed back, a new
@@ -458,12 +446,14 @@ class _Run:
                 continue
             if offer >= now - tie:
                 break
-            self.handed_back += 1
-            offer = cycle.first_after(offer)
+            # A slot free until the next spell: every offer till then is a hand-back.
+            later = starts[j + 1] if j + 1 < len(starts) else math.inf
+            handed, offer = cycle.offers_until(offer, min(later, now - tie))
+            self.handed_back += handed
         return cycle
 
     @staticmethod
-    def _next_offer(cycle: _Cycle, now: float, since: float) -> float:
+    def _next_offer(cycle: Cycle, now: float, since: float) -> float:
         """The job's first offer to see the room that grows at ``now``. An offer due at
         ``now`` itself sees it if the event that grows it was scheduled first (at ``since``,
         no later than that offer was: the event queue breaks ties in order of scheduling)."""
@@ -473,13 +463,13 @@ class _Run:
         scheduled = max(cycle.handed_at, at - cycle.period)
         return at if since <= scheduled else cycle.first_after(now)
 
-    def _cycle(self, i: int, handed_at: float) -> _Cycle:
+    def _cycle(self, i: int, handed_at: float) -> Cycle:
         """The offers of job ``i`` after its hand-back at ``handed_at``: a hand-back delay
         apart, in the phase of the cycle it was leased from in the recording (its phase
         decides whether a node that frees up between two offers is its at the next one or
         another job's before it: that cycle's offer is when it took its node)."""
         phase = self.jobs[i].attempts[self.attempt[i]].offered
-        return _Cycle(handed_at, self.hand_back_s, handed_at if phase is None else phase)
+        return Cycle(handed_at, self.hand_back_s, handed_at if phase is None else phase)
 
     def _start(self, i: int, now: float) -> None:
         attempt = self.jobs[i].attempts[self.attempt[i]]
@@ -523,35 +513,6 @@ class _Run:
             again = job.attempts[self.attempt[i]]
             self._push(now + again.requeue_s + again.backoff_s, _RUNNABLE, i)
         self._dispatch(site, now)
-
-
-@dataclass(frozen=True, slots=True)
-class _Cycle:
-    """The offers of a handed-back job: the points ``phase + k * period`` after ``handed_at``
-    (times within a billionth of a period are the same time)."""
-
-    handed_at: float
-    period: float
-    phase: float
-
-    def _after(self, at: float) -> int:
-        """The index of the first point after ``at``."""
-        return math.floor((at - self.phase) / self.period + 1e-9) + 1
-
-    def _at_or_after(self, at: float) -> int:
-        """The index of the first point at ``at`` or later."""
-        return math.ceil((at - self.phase) / self.period - 1e-9)
-
-    def _point(self, k: int) -> float:
-        return self.phase + k * self.period
-
-    def first_after(self, at: float) -> float:
-        """The first offer after ``at`` (and after the hand-back)."""
-        return self._point(self._after(max(at, self.handed_at)))
-
-    def first_at_or_after(self, at: float) -> float:
-        """The first offer at ``at`` or later (and after the hand-back)."""
-        return self._point(max(self._at_or_after(at), self._after(self.handed_at)))
 
 
 def _first_io_end(storages: list[tuple[str, SharedStorage]]) -> tuple[str, float]:
