@@ -17,6 +17,7 @@ and counted. What passes is, in this order:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import time
@@ -104,6 +105,8 @@ class Offering:
             # Ours once a slot frees: kept, not handed back and fetched again.
             state.waiting[item.key] = Waiting(item, request, prefer, time.monotonic())
             state.held[item.key] = item
+            if not item.submitted:  # its check against the log now, not once a slot frees
+                state.checks[item.key] = asyncio.create_task(self._running.check_kept(item))
         else:
             await settle(msg, Nak(NAK_DELAY_S), NAME)  # elsewhere, or here once nodes free
 
@@ -144,6 +147,9 @@ class Offering:
 
     async def _give_back(self, key: JobKey, waiting: Waiting) -> None:
         """Hand back a delivery already taken out of ``waiting``."""
+        check = self._state.checks.pop(key, None)
+        if check is not None:  # it must not settle a delivery handed back
+            check.cancel()
         self._state.held.pop(key, None)
         self._state.report.returned += 1
         await settle(waiting.item.msg, Nak(), NAME)

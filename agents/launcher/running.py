@@ -73,7 +73,9 @@ class Running:
 
     async def run_job(self, item: WorkItem, allocation: Allocation) -> None:
         try:
-            leased_at = await self._lease(item, allocation) if await self._submitted(item) else None
+            check = self._state.checks.pop(item.key, None)  # begun while it was kept
+            submitted = await check if check is not None else await self._submitted(item)
+            leased_at = await self._lease(item, allocation) if submitted else None
             if leased_at is not None:
                 await self._run_leased(item, allocation, leased_at)
         except Exception:  # one job's surprise must not leak its allocation or stop the pilot
@@ -141,6 +143,18 @@ class Running:
                               python_app=app is not None and app.python)  # fmt: skip
                 end = replace(end, cache=cached)
                 await self.report(item, decide.run_result(item, end, app))
+
+    async def check_kept(self, item: WorkItem) -> bool:
+        """:meth:`_submitted` for a delivery kept beside full slots. One that fails it is
+        settled there and no longer kept; one placed meanwhile gets this answer in
+        :meth:`run_job`."""
+        if await self._submitted(item):
+            return True
+        state = self._state
+        if state.waiting.pop(item.key, None) is not None:
+            state.held.pop(item.key, None)
+            state.checks.pop(item.key, None)
+        return False
 
     async def _submitted(self, item: WorkItem) -> bool:
         """Run only what a user submitted, as it was submitted (:func:`decide.not_as_submitted`)."""

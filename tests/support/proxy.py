@@ -5,6 +5,9 @@ on the log meanwhile. Put between a site process and the server's listener (TLS 
 websocket pass through untouched), a :class:`CutProxy` cuts that process off alone:
 :meth:`cut` closes its connections and refuses new ones, :meth:`restore` listens again on
 the same port.
+
+``delay_s`` holds every chunk that long in each direction, in order, as a long link would
+(a round trip then costs twice ``delay_s`` more).
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ _CHUNK = 1 << 16
 
 
 class CutProxy:
-    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+    def __init__(self, target_port: int, host: str = "127.0.0.1", *, delay_s: float = 0.0) -> None:
         self.host = host
         self.target_port = target_port
+        self.delay_s = delay_s
         self.port = free_port(host)
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
@@ -62,9 +66,10 @@ class CutProxy:
             writer.close()
             return
         self._writers |= {writer, up_writer}
+        pump = self._pump if self.delay_s <= 0 else self._delayed_pump
         pumps = [
-            asyncio.create_task(self._pump(reader, up_writer)),
-            asyncio.create_task(self._pump(up_reader, writer)),
+            asyncio.create_task(pump(reader, up_writer)),
+            asyncio.create_task(pump(up_reader, writer)),
         ]
         self._pumps.update(pumps)
         await asyncio.gather(*pumps, return_exceptions=True)
@@ -80,3 +85,30 @@ class CutProxy:
                 sink.write(data)
                 await sink.drain()
         sink.close()
+
+    async def _delayed_pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+        """:meth:`_pump`, each chunk written ``delay_s`` after it was read (reading goes on
+        meanwhile: latency, not a narrower pipe)."""
+        loop = asyncio.get_running_loop()
+        held: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+
+        async def write() -> None:
+            while True:
+                due, data = await held.get()
+                if not data:
+                    return
+                await asyncio.sleep(max(0.0, due - loop.time()))
+                sink.write(data)
+                await sink.drain()
+
+        writer = asyncio.create_task(write())
+        try:
+            with contextlib.suppress(OSError):
+                while data := await source.read(_CHUNK):
+                    held.put_nowait((loop.time() + self.delay_s, data))
+            held.put_nowait((loop.time() + self.delay_s, b""))
+            with contextlib.suppress(OSError):
+                await writer
+        finally:
+            writer.cancel()
+            sink.close()
