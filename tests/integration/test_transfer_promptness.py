@@ -4,10 +4,10 @@ site's default ``poll_interval_s``; and that items delivered together still go i
 location and direction.
 
 Read from the log, as an outsider would: ``occurred_at`` of each item's ``xfer.requested``
-and ``xfer.succeeded``, and the task ids of its ``xfer.submitted``. Before items were submitted
-when a fetch left the feed empty and local tasks polled at their own pace, an item waited for
-the next poll cycle to be submitted and for one more to be noticed: never less than one
-``poll_interval_s`` from request to success.
+and ``xfer.succeeded``, and the task ids of its ``xfer.submitted``. Before the module submitted
+these backends' batches once its feed was drained and polled their tasks at their own pace,
+an item waited for the next poll cycle to be submitted and for one more to be noticed: never
+less than one ``poll_interval_s`` from request to success.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pytest
 from nats.js import JetStreamContext
@@ -26,6 +26,7 @@ from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers.module import TransferModule
 from lodestream.eventlog.consumers import ensure_site_consumers
 from lodestream.schemas.envelope import Event
+from lodestream.schemas.events import TransferRequested, TransferSubmitted, TransferSucceeded
 from lodestream.schemas.ids import uuid7
 from lodestream.schemas.trust import event_from_message
 from tests.fixtures.sshd import require_rsync
@@ -33,6 +34,8 @@ from tests.support.staging import Item, request
 
 SITE: Final = "alpha"
 WAIT_S: Final = 60.0
+ENDS: Final = frozenset({"xfer.succeeded", "xfer.failed"})
+Kind = TypeVar("Kind", bound=Event)
 
 
 def site_settings(tmp_path: Path, url: str, **transfers: Any) -> SiteSettings:
@@ -82,17 +85,17 @@ async def item_events(js: JetStreamContext) -> dict[uuid.UUID, list[Event]]:
 
 
 async def until_ended(js: JetStreamContext, items: list[Item]) -> dict[uuid.UUID, list[Event]]:
-    ends = {"xfer.succeeded", "xfer.failed"}
     async with asyncio.timeout(WAIT_S):
         while True:
             events = await item_events(js)
-            if all(any(e.type in ends for e in events.get(i.id, [])) for i in items):
+            if all(any(e.type in ENDS for e in events.get(i.id, [])) for i in items):
                 return events
             await asyncio.sleep(0.05)
 
 
-def of_type(events: list[Event], kind: str) -> Event:
-    [event] = [e for e in events if e.type == kind]
+def only(events: list[Event], kind: type[Kind]) -> Kind:
+    """The item's one event of ``kind``."""
+    [event] = [e for e in events if isinstance(e, kind)]
     return event
 
 
@@ -117,10 +120,9 @@ async def test_a_small_copy_ends_well_within_the_default_poll_interval(
     events = await until_ended(js, items)
     took = []
     for item in items:
-        started = of_type(events[item.id], "xfer.requested").occurred_at
-        took.append(
-            (of_type(events[item.id], "xfer.succeeded").occurred_at - started).total_seconds()
-        )
+        started = only(events[item.id], TransferRequested).occurred_at
+        ended = only(events[item.id], TransferSucceeded).occurred_at
+        took.append((ended - started).total_seconds())
     print(f"\n{backend}: request → succeeded, s: {', '.join(f'{t:.3f}' for t in took)} "
           f"(poll_interval_s {interval})")  # fmt: skip
     for n in range(4):
@@ -148,12 +150,13 @@ async def test_items_delivered_together_go_in_one_task_per_location_and_directio
         items.append(await request(js, SITE, job, f"out{n}", "out", outbound, step))
     async with running_module(js, settings) as module:  # all six wait on the feed
         events = await until_ended(js, items)
-    submitted = [of_type(events[item.id], "xfer.submitted") for item in items]
-    tasks = {event.data.task_id for event in submitted}  # type: ignore[attr-defined]
+    submitted = [only(events[item.id], TransferSubmitted).data for item in items]
     print(f"\ntasks: {module.stats.tasks}; items per task: "
-          f"{sorted(event.data.items_in_task for event in submitted)}")  # type: ignore[attr-defined]  # fmt: skip
-    assert {of_type(events[item.id], "xfer.succeeded").type for item in items} == {"xfer.succeeded"}
-    assert len(tasks) == 2
+          f"{sorted(data.items_in_task for data in submitted)}")  # fmt: skip
+    assert [e.type for i in items for e in events[i.id] if e.type in ENDS] == [
+        "xfer.succeeded"
+    ] * len(items)
+    assert len({data.task_id for data in submitted}) == 2
     assert module.stats.tasks == {"beamline": 2}
-    assert {event.data.items_in_task for event in submitted} == {3}  # type: ignore[attr-defined]
+    assert {data.items_in_task for data in submitted} == {3}
     assert (remote / "out2.txt").read_text() == "result 2\n"
