@@ -16,6 +16,7 @@ from abc import abstractmethod
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from lodestream.platform_adapters.transfers.base import (
     ItemOutcome,
@@ -56,6 +57,10 @@ class BackgroundBackend(TransferBackend):
     site calls ``close()`` when it stops: otherwise the interpreter waits at exit for the
     pool's threads, each until its item is moved.
     """
+
+    # ``poll`` reads a file this process writes: asking often costs nothing, and lets the
+    # module report a small copy as soon as it ends (see ``TransferBackend``).
+    poll_every_s: ClassVar[float | None] = 0.1
 
     def __init__(self, state_dir: Path, *, max_workers: int = 4) -> None:
         if max_workers < 1:

@@ -45,6 +45,11 @@ Contract shared by every backend (checked by ``tests/support/transfer_contract.p
   cost per task (local, rsync): the module spreads a batch over its free task slots instead
   of queueing the items behind each other in one task. A backend with a fixed cost per task
   (Globus: a submission, a task to poll) keeps batching.
+* ``poll_every_s``: how soon a task's end is worth asking after. None (Globus: every poll is
+  a request to a rate-limited service) leaves it to the site's ``poll_interval_s``; a backend
+  whose tasks run in this process (local, rsync), where a poll reads a file, names a short
+  interval, and the module also submits its batches as soon as its feed is drained instead
+  of at the next poll cycle: a small copy then ends in a fraction of a second.
 
 Paths: ``TransferItem.source`` and ``destination`` are absolute paths, each on its own side:
 for ``direction == "in"`` the source is on the remote location and the destination on the
@@ -140,6 +145,7 @@ class TransferBackend(ABC):
 
     name: ClassVar[str]
     spreads: ClassVar[bool] = False  # see the module doc
+    poll_every_s: ClassVar[float | None] = None  # see the module doc
 
     @abstractmethod
     def check_item(self, batch: TransferBatch, item: TransferItem) -> None:

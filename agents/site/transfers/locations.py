@@ -96,6 +96,19 @@ class Backends:
         """The built locations whose backends gain from more tasks (``spreads``)."""
         return frozenset(name for name, backend in self._built.items() if backend.spreads)
 
+    def poll_every_s(self, location: str) -> float:
+        """How soon to ask again after a task of ``location``: its backend's own pace where it
+        declares one (``TransferBackend.poll_every_s``), never slower than the site's
+        ``poll_interval_s``, which is also the pace of a backend not built yet and of every
+        backend under ``simulated_task_latency_s`` (a measurement of a wide-area service's
+        cost per task, which must not be polled as if it were local)."""
+        cfg = self._settings.transfers
+        backend = self._built.get(location)
+        own = backend.poll_every_s if backend is not None else None
+        if own is None or cfg.simulated_task_latency_s > 0:
+            return cfg.poll_interval_s
+        return min(own, cfg.poll_interval_s)
+
     def get(self, location: str) -> TransferBackend:
         """The location's backend; call :meth:`problem` first."""
         return self._built[location]

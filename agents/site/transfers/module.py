@@ -8,6 +8,14 @@
                            for each item as soon as the backend says it settled, task running
                            or not
 
+**A backend of this machine is not kept waiting for the cycle.** Where a backend polls at a
+pace of its own (``TransferBackend.poll_every_s``: local and rsync, whose tasks run in this
+process), its tasks in flight are polled at that pace between cycles, and its batches are
+submitted as soon as a fetch leaves the feed empty (fewer deliveries than asked): items
+fetched together are still pooled and batched together, and a small copy is reported in a
+fraction of a second instead of one or two ``poll_interval_s``. Globus keeps the cycle: each
+of its polls is a rate-limited request, and its items pool longer into fewer tasks.
+
 The controller requests the items and ends the job's step when its last item settles
 (:mod:`lodestream.services.controller.staging`); this module only moves data and reports.
 
@@ -93,6 +101,8 @@ from lodestream.schemas.trust import check_own_site, event_from_message
 log = logging.getLogger(__name__)
 
 PROGRESS_EVERY_S: Final = 30.0  # in_progress on held deliveries (the feed's ack wait is 120 s)
+FETCH_BATCH: Final = 256
+FETCH_WAIT_S: Final = 0.5  # a fetch's wait for its first delivery, but for a quick backend's pace
 
 
 class TransferModule:
@@ -130,6 +140,8 @@ class TransferModule:
         self.consume = deliveries(self.deliver, "transfers", retry_s=XFER.retry_s,
                                   counts=self.stats.deliveries)  # fmt: skip
         self._progress_at = 0.0
+        self._cycle_due = 0.0
+        self._feed_drained = True  # the last fetch took fewer deliveries than it asked for
 
     @property
     def actor(self) -> str:
@@ -139,9 +151,11 @@ class TransferModule:
 
     async def run(self, stop: asyncio.Event) -> None:
         sub = await pull_consumer(self._js, XFER.stream, self._durable)
-        pulling = PullLoop(sub, name="transfers", batch=256, timeout_s=0.5)
+        pulling = PullLoop(sub, name="transfers", batch=FETCH_BATCH, timeout_s=self._fetch_wait_s)
         try:
-            await work_and_tick(pulling, self.consume, self.cycle, self._cfg.poll_interval_s, stop)
+            # A tick after every fetch: ``tick`` runs the cycle when it is due, and the quick
+            # backends' part of it between cycles.
+            await work_and_tick(pulling, self._handle, self.tick, 0.0, stop)
         finally:
             await hand_back(sub, [held.msg for held in self.held.values()], "transfers")
             await asyncio.to_thread(self.backends.close)
@@ -171,6 +185,41 @@ class TransferModule:
             self._adopt(held, view.task_id)
         else:
             await self._queue(held, attempt=1)
+
+    async def _handle(self, msgs: list[Any]) -> None:
+        await self.consume(msgs)
+        self._feed_drained = len(msgs) < FETCH_BATCH
+
+    async def tick(self) -> None:
+        """After each fetch: the cycle every ``poll_interval_s``; between cycles, poll the
+        quick backends' tasks at their pace and submit their batches once the feed is drained
+        (see the module doc)."""
+        drained, self._feed_drained = self._feed_drained, True  # an empty fetch drained it
+        if time.monotonic() >= self._cycle_due:
+            try:
+                await self.cycle()
+            finally:
+                self._cycle_due = time.monotonic() + self._cfg.poll_interval_s
+            return
+        for task in list(self.inflight.values()):
+            pace = self.backends.poll_every_s(task.location)
+            if self._quick(task.location) and time.monotonic() - task.polled_mono >= pace:
+                await self._poll(task)
+        if drained:
+            await self._submit_ready(quick_only=True)
+
+    def _quick(self, location: str) -> bool:
+        """Its backend polls at a pace of its own, quicker than the cycle (local, rsync)."""
+        return self.backends.poll_every_s(location) < self._cfg.poll_interval_s
+
+    def _fetch_wait_s(self) -> float:
+        """How long a fetch may wait: not past the next poll of a quick backend's task (and
+        as long as before while none is in flight: no busy loop)."""
+        inflight = self.inflight.values()
+        paces = [
+            self.backends.poll_every_s(t.location) for t in inflight if self._quick(t.location)
+        ]
+        return min([FETCH_WAIT_S, *paces])
 
     async def cycle(self) -> None:
         """Poll what is in flight, submit what waits, keep held deliveries from redelivery."""
@@ -253,14 +302,27 @@ class TransferModule:
             raise ValueError(f"transfer path {relative!r} leaves the site's data directory")
         return str(path)
 
-    async def _submit_ready(self) -> None:
+    async def _submit_ready(self, *, quick_only: bool = False) -> None:
+        """Submit the batches the free task slots take; ``quick_only`` (between cycles): only
+        those of quick backends, the others' slots kept for the cycle, as the cycle would
+        have chosen them."""
         pool = [h.pending for h in self.held.values() if h.pending is not None]
+        if quick_only and not any(self._quick(item.location) for item in pool):
+            return
         free = self._cfg.max_concurrent - len(self.inflight)
         spread = self.backends.spreading()
         for batch in plan.batches(
             pool, batch_size=self._cfg.batch_size, free_slots=free, spread=spread
         ):
-            await self._submit(batch)
+            if not quick_only or self._quick_now(batch):
+                await self._submit(batch)
+
+    def _quick_now(self, batch: plan.Batch) -> bool:
+        """Worth submitting between cycles: a quick backend's batch none of whose items it
+        failed to take (those are tried again at each cycle: ``retry_budget`` counts cycles)."""
+        return self._quick(batch.location) and not any(
+            self.held[item.item_id].submit_errors for item in batch.items
+        )
 
     async def _submit(self, whole: plan.Batch) -> None:
         backend = self.backends.get(whole.location)
@@ -351,6 +413,7 @@ class TransferModule:
     # --- polling ----------------------------------------------------------------------------
 
     async def _poll(self, task: InFlight) -> None:
+        task.polled_mono = time.monotonic()
         if time.monotonic() - task.submitted_mono < self._cfg.simulated_task_latency_s:
             return
         problem = self.backends.problem(task.location)
@@ -367,6 +430,9 @@ class TransferModule:
         except TransferError as exc:
             self.stats.backend_errors += 1
             log.warning("transfers: polling task %s failed: %s", task.task_id, exc)
+            # Back to the cycle's pace for a while: a record that cannot be read now is no
+            # reason to warn ten times a second.
+            task.polled_mono = time.monotonic() + self._cfg.poll_interval_s
             return
         if not status.final:
             await self._settle_early(task, status)

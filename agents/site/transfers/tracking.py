@@ -30,6 +30,7 @@ class InFlight:
     location: str
     items: list[uuid.UUID]
     submitted_mono: float = 0.0
+    polled_mono: float = 0.0  # its last poll (a quick backend's task is polled between cycles)
 
 
 @dataclass(slots=True)
