@@ -1,15 +1,16 @@
 """Issue-34 benchmark: lodestream against Parsl's HighThroughputExecutor, in one sitting.
 
     make bench-peers          (installs the pinned Parsl into .venv-bench, then runs this)
-    python -m bench.peers [--jobs 2000] [--rounds 3] [--workers 2] [--out bench/out]
+    python -m bench.peers [--jobs 2000] [--rounds 3] [--workers 2] [--chunksize 8]
 
 Alternates, round after round on the same machine: Parsl HTEX (``python_app`` and
 ``bash_app`` no-ops, ``--workers`` workers, run by ``bench/peers_parsl.py`` in the bench
 virtualenv) and lodestream (a no-op Python-function app, warm and, for reference, in a
-fresh interpreter per job, and ``/bin/true``; one pilot with the site's default settings and
-as many slots as Parsl has workers, submitted through the API, finished when the read model
-says so). Prints each figure, the medians and their
-ratios, CPU seconds per job by component, and submit → RUNNING latency; writes them as JSON.
+fresh interpreter per job, and ``/bin/true``; the same no-op calls ``--chunksize`` to a job,
+as ``LodeExecutor.map(app, ..., chunksize=k)`` submits them; one pilot with the site's
+default settings and as many slots as Parsl has workers, submitted through the API, finished
+when the read model says so). Prints each figure, the medians and their ratios, CPU seconds
+per job by component, and submit → RUNNING latency; writes them as JSON.
 """
 
 from __future__ import annotations
@@ -109,9 +110,19 @@ class PeerBench(LifecycleBench):
         return [{"site": SITE, "app": app, "workdir": f"{tag}/{i}", "tags": {"run": tag},
                  "node_packing_count": self.slots, **extra} for i in range(n)]  # fmt: skip
 
-    def run_jobs(self, n: int, app: str) -> dict[str, Any]:
+    def run_calls(self, n: int, app: str, chunksize: int) -> dict[str, Any]:
+        """``n`` calls of a no-parameter Python app, ``chunksize`` to a job (``calls``), as
+        ``LodeExecutor.map(app, ..., chunksize=k)`` submits them; rates and CPU per call."""
+        jobs = self.run_jobs(n // chunksize, app, calls=[{}] * chunksize)
+        done = jobs["finished"] * chunksize
+        return {"calls": n, "chunksize": chunksize, "jobs": jobs["jobs"], "finished": done,
+                "seconds": jobs["seconds"], "calls_per_s": done / jobs["seconds"],
+                "cpu_ms_per_call": {k: round(v / chunksize, 3)
+                                    for k, v in jobs["cpu_ms_per_job"].items()}}  # fmt: skip
+
+    def run_jobs(self, n: int, app: str, **extra: Any) -> dict[str, Any]:
         tag = f"{app}-{uuid.uuid4().hex[:8]}"
-        jobs = self._jobs(n, tag, app=app)
+        jobs = self._jobs(n, tag, app=app, **extra)
         pids = self.pids()
         for pilot in self.pilots:  # its warm workers: alive, so not in its reaped children
             for i, pid in enumerate(descendants(pilot.pid or 0)):
@@ -195,6 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--latency-jobs", type=int, default=50)
     # Function jobs in a fresh interpreter each, as before warm workers: the baseline.
     parser.add_argument("--cold-jobs", type=int, default=200)
+    # No-op calls k to a job (LodeExecutor.map's chunksize), against python_app; 1: not run.
+    parser.add_argument("--chunksize", type=int, default=8)
     parser.add_argument("--out", type=Path, default=Path("bench/out"))
     parser.add_argument("--profile-pilot", type=Path, default=None,
                         help="run the pilot under cProfile; its stats go to this file")  # fmt: skip
@@ -215,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             one: dict[str, Any] = {"parsl": parsl_round(args.jobs, args.workers)}
             one["lode_function"] = bench.run_jobs(args.jobs, "pynoop")
             one["lode_true"] = bench.run_jobs(args.jobs, "noop")
+            if args.chunksize > 1:
+                one["lode_calls"] = bench.run_calls(args.jobs, "pynoop", args.chunksize)
             if args.cold_jobs:
                 one["lode_function_cold"] = bench.run_jobs(args.cold_jobs, "pynoop_cold")
             rounds.append(one)
@@ -248,6 +263,12 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         per_s = med(("lode_function_cold", "jobs_per_s"))
         cold = {"lode_function_cold_per_s": round(per_s, 1),
                 "ratio_function_warm_vs_cold": round(function / per_s, 2)}  # fmt: skip
+    calls = {}
+    if all("lode_calls" in r for r in rounds):
+        per_s = med(("lode_calls", "calls_per_s"))
+        calls = {"lode_calls_per_s": round(per_s, 1),
+                 "chunksize": rounds[0]["lode_calls"]["chunksize"],
+                 "ratio_calls_vs_python_app": round(per_s / python_app, 3)}  # fmt: skip
     return {
         "parsl_python_app_per_s": round(python_app, 1),
         "parsl_bash_app_per_s": round(bash_app, 1),
@@ -256,6 +277,7 @@ def summary(rounds: list[dict[str, Any]]) -> dict[str, Any]:
         "ratio_function_vs_python_app": round(function / python_app, 3),
         "ratio_true_vs_bash_app": round(true / bash_app, 3),
         **cold,
+        **calls,
     }
 
 

@@ -18,18 +18,20 @@ executor puts on its jobs, ``lode_executor``), settled at once for jobs that end
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Executor
 from concurrent.futures import wait as wait_for
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from lodestream.client.errors import ApiError
-from lodestream.client.futures import LodeFuture, resolve
+from lodestream.client.futures import CallFailed, LodeFuture, resolve
 from lodestream.client.sdk import LodeClient
 from lodestream.schemas.results import JobOutcome, apply
 
@@ -121,22 +123,43 @@ class LodeExecutor(Executor):
         ``gpus_per_rank``, ``transfers``, …). The future's result is a Python-function app's
         return value, or a :class:`JobResult` for a shell app; a job that ends FAILED or
         KILLED raises :class:`JobFailed`."""
-        if self._closed:
-            raise RuntimeError("cannot submit after shutdown")
-        where = site or self.site
-        if where is None:
-            raise TypeError("name the site: LodeExecutor(site=...) or submit(..., site=...)")
-        definition = self._app(where, app)
+        where, definition = self._target(site, app)
         values = {**_positional(app, definition, args), **params}
-        self._count += 1
-        spec: dict[str, Any] = {
-            **(job or {}), "site": where, "app": app, "parameters": values,
-            "workdir": workdir or f"{self._workdir_prefix}/{self.id}/{self._count}",
-            "tags": {**self.tags, **(tags or {}), EXECUTOR_TAG: self.id},
-        }  # fmt: skip
-        future = LodeFuture(self._kill)
-        self._queue.put(_Queued(future, spec, bool(definition.get("python"))))
-        return future
+        return self._enqueue(where, app, {"parameters": values}, definition, tags=tags,
+                             workdir=workdir, job=job)  # fmt: skip
+
+    def map(  # type: ignore[override]
+        self,
+        app: str,
+        /,
+        *iterables: Iterable[Any],
+        timeout: float | None = None,
+        chunksize: int = 1,
+        site: str | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Iterator[Any]:
+        """``app`` once per element of ``zip(*iterables)`` (its positional parameters), the
+        results in order, as ``concurrent.futures`` maps: every job is submitted now, and the
+        iterator raises the first failure it reaches (the rest are cancelled then).
+
+        ``chunksize`` > 1 (Python-function apps only) puts that many calls in one job
+        (``calls``): a warm worker makes them one after another, so each call costs the
+        stack a fraction of a job. A call that raised raises :class:`CallFailed` where the
+        iterator reaches it; a job that failed as a whole (killed, out of time, its worker
+        lost) raises :class:`JobFailed` at its first call.
+        """
+        if chunksize < 1:
+            raise ValueError(f"chunksize must be 1 or more, got {chunksize}")
+        where, definition = self._target(site, app)
+        if chunksize > 1 and not definition.get("python"):
+            raise TypeError(f"app {app!r} is a shell app: chunksize is for Python-function apps")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        jobs: list[tuple[LodeFuture, int]] = []
+        for chunk in _batches(zip(*iterables, strict=False), chunksize):
+            calls = [_positional(app, definition, args) for args in chunk]
+            values = {"parameters": calls[0]} if chunksize == 1 else {"calls": calls}
+            jobs.append((self._enqueue(where, app, values, definition, tags=tags), len(calls)))
+        return _results(jobs, deadline, calls=chunksize > 1)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
         """Stop taking jobs; with ``wait``, return once every future has settled."""
@@ -150,6 +173,36 @@ class LodeExecutor(Executor):
         if wait:
             wait_for([t.future for t in self._snapshot()])
         self._feed_client.close()
+
+    def _target(self, site: str | None, app: str) -> tuple[str, Mapping[str, Any]]:
+        if self._closed:
+            raise RuntimeError("cannot submit after shutdown")
+        where = site or self.site
+        if where is None:
+            raise TypeError("name the site: LodeExecutor(site=...) or submit(..., site=...)")
+        return where, self._app(where, app)
+
+    def _enqueue(
+        self,
+        where: str,
+        app: str,
+        values: Mapping[str, Any],
+        definition: Mapping[str, Any],
+        *,
+        tags: Mapping[str, str] | None,
+        workdir: str | None = None,
+        job: Mapping[str, Any] | None = None,
+    ) -> LodeFuture:
+        """Queue one job whose ``values`` are its parameters or its calls."""
+        self._count += 1
+        spec: dict[str, Any] = {
+            **(job or {}), "site": where, "app": app, **values,
+            "workdir": workdir or f"{self._workdir_prefix}/{self.id}/{self._count}",
+            "tags": {**self.tags, **(tags or {}), EXECUTOR_TAG: self.id},
+        }  # fmt: skip
+        future = LodeFuture(self._kill)
+        self._queue.put(_Queued(future, spec, bool(definition.get("python"))))
+        return future
 
     # --- re-attaching -------------------------------------------------------------------------
 
@@ -291,6 +344,34 @@ class LodeExecutor(Executor):
         except KeyError:
             known = sorted(name for s, name in self._apps if s == site)
             raise ValueError(f"site {site!r} has no app {app!r}; its apps: {known}") from None
+
+
+def _batches(items: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple[Any, ...]]]:
+    """``itertools.batched``, which Python 3.11 lacks."""
+    iterator = iter(items)
+    while chunk := list(itertools.islice(iterator, size)):
+        yield chunk
+
+
+def _results(
+    jobs: Sequence[tuple[LodeFuture, int]], deadline: float | None, *, calls: bool
+) -> Iterator[Any]:
+    """The results of ``jobs`` in order: each job's value, or each of its calls' values."""
+    try:
+        for future, _count in jobs:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            value = future.result(left)
+            if not calls:
+                yield value
+                continue
+            assert future.job_id is not None
+            for index, outcome in enumerate(value):
+                if not outcome.get("ok"):
+                    raise CallFailed.from_outcome(future.job_id, index, outcome)
+                yield outcome.get("result")
+    finally:  # the iterator raised or was dropped: what nobody will read need not run
+        for future, _count in jobs:
+            future.cancel()
 
 
 def _next(outcome: JobOutcome, event: Mapping[str, Any]) -> JobOutcome:

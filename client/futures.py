@@ -8,7 +8,7 @@ here it also kills the job, running or not.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +54,26 @@ class JobFailed(Exception):
         if self.cause:
             parts.append("cause: " + " <- ".join(self.cause))
         return "; ".join(parts)
+
+
+class CallFailed(Exception):
+    """One call of a job of many calls (``LodeExecutor.map`` with a ``chunksize``) raised in
+    the app's ``run()``; the job and its other calls are fine. ``remote`` is the exception's
+    type, message and traceback as the site reported them."""
+
+    def __init__(self, job_id: str, index: int, remote: RemoteError) -> None:
+        self.job_id = job_id
+        self.index = index  # the call's place in its job
+        self.remote = remote
+        super().__init__(f"job {job_id}, call {index}: {remote.type}: {remote.message}")
+
+    @classmethod
+    def from_outcome(cls, job_id: str, index: int, outcome: Mapping[str, Any]) -> CallFailed:
+        """From one entry of the job's result, as pyrun writes it (``{"ok": false, ...}``)."""
+        error = str(outcome.get("error", ""))
+        kind, _, message = error.partition(": ")
+        traceback = str(outcome.get("traceback", ""))
+        return cls(job_id, index, RemoteError(kind or "Exception", message, traceback))
 
 
 class LodeFuture(Future[Any]):

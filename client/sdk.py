@@ -434,12 +434,12 @@ def _api_error(response: httpx.Response) -> ApiError:
 
 # The executor is built on the client; it is importable from here, with what its futures give.
 from lodestream.client.executor import LodeExecutor  # noqa: E402
-from lodestream.client.futures import JobFailed, JobResult, LodeFuture  # noqa: E402
+from lodestream.client.futures import CallFailed, JobFailed, JobResult, LodeFuture  # noqa: E402
 
 __all__ = [
-    "ApiError", "App", "AsyncLodeClient", "BatchJob", "Job", "JobDetail", "JobEvent",
-    "JobFailed", "JobResult", "LodeClient", "LodeExecutor", "LodeFuture", "RunResult", "Site",
-    "Transfer",
+    "ApiError", "App", "AsyncLodeClient", "BatchJob", "CallFailed", "Job", "JobDetail",
+    "JobEvent", "JobFailed", "JobResult", "LodeClient", "LodeExecutor", "LodeFuture", "RunResult",
+    "Site", "Transfer",
 ]  # fmt: skip
 
 if TYPE_CHECKING:

@@ -18,6 +18,9 @@ PYTHON_DEFAULT_TYPE: Final[ParamType] = "any"
 # A job's parameters, as JSON text: they travel in every event of the job that carries its
 # spec, and a Python app's go through a file, so they are kept small (data is for bulk).
 MAX_PARAMETERS_BYTES: Final = 64 * 1024
+# A job of many calls (``calls``): their parameter sets, each like ``parameters``, in one
+# list under the same byte limit. Enough for thousands of small calls in one job.
+MAX_CALLS: Final = 10_000
 
 _PYTHON_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "str": (str,),

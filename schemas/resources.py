@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Annotated, Any, Final, Literal, NamedTuple
+from typing import Annotated, Any, Final, Literal, NamedTuple, Self
 
 from pydantic import (
     AwareDatetime,
@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from lodestream.schemas import storable
-from lodestream.schemas.params import MAX_PARAMETERS_BYTES, ParamType
+from lodestream.schemas.params import MAX_CALLS, MAX_PARAMETERS_BYTES, ParamType
 from lodestream.schemas.subjects import SiteSlug
 
 NUL_FREE_PATTERN: Final = r"^[^\x00]*$"
@@ -143,6 +143,13 @@ class JobSpec(JobResources):
         description="JSON values: a Python-function app's run() receives them as they are, a "
         f"shell app renders each as one word; at most {MAX_PARAMETERS_BYTES} bytes as JSON",
     )
+    calls: tuple[dict[Text, JsonValue], ...] = Field(
+        default=(),
+        max_length=MAX_CALLS,
+        description="A Python-function app's run() called once per entry, in order, each "
+        "entry its parameters (in place of parameters); the job's result is one outcome per "
+        f"call; together at most {MAX_PARAMETERS_BYTES} bytes as JSON",
+    )
     tags: dict[TagKey, TagValue] = Field(default_factory=dict)
     parent_ids: tuple[uuid.UUID, ...] = Field(
         default=(), max_length=MAX_PARENTS, json_schema_extra={"uniqueItems": True}
@@ -169,6 +176,34 @@ class JobSpec(JobResources):
                 "(put bulk input in a file the job stages in)"
             )
         return value
+
+    @field_validator("calls")
+    @classmethod
+    def _storable_calls(
+        cls, value: tuple[dict[str, JsonValue], ...]
+    ) -> tuple[dict[str, JsonValue], ...]:
+        if not value:
+            return value
+        for call in value:
+            check_storable(call, "calls")
+        size = len(json.dumps(value, separators=(",", ":")).encode())
+        if size > MAX_PARAMETERS_BYTES:
+            raise ValueError(
+                f"calls take {size} bytes as JSON; the limit is {MAX_PARAMETERS_BYTES} "
+                "(fewer calls a job, or bulk input in a file the job stages in)"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _calls_or_parameters(self) -> Self:
+        if self.calls and self.parameters:
+            raise ValueError("a job has parameters or calls (one parameter set per call), not both")
+        return self
+
+    @property
+    def call_count(self) -> int:
+        """How many times the app's run() is called: once, or once per entry of ``calls``."""
+        return len(self.calls) or 1
 
     @field_validator("parent_ids")
     @classmethod

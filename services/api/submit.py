@@ -38,6 +38,7 @@ class AppInterface:
     slots: frozenset[str]
     required_slots: frozenset[str]
     preprocess: bool = False  # the app has a ``preprocess`` hook: its jobs are not created runnable
+    python: bool = False  # a Python-function app: the only kind whose jobs may carry ``calls``
     # Each parameter's declared type (schemas.params), those that take any value left out.
     types: Mapping[str, str] = field(default_factory=dict)
 
@@ -55,6 +56,7 @@ class AppInterface:
         declared = {name: spec.get("type") or kind for name, spec in parameters.items()}
         return cls(
             preprocess="preprocess" in hooks,
+            python=python,
             types={name: t for name, t in declared.items() if t != "any"},
             parameters=frozenset(parameters),
             required_parameters=frozenset(
@@ -232,6 +234,8 @@ def _check_app(
     if app is None:
         known = ", ".join(sorted(apps)[:20])
         return [_problem(index, "app", f"site {job.site!r} has no app {job.app!r} (apps: {known})")]
+    if job.calls:
+        return _check_calls(index, job, app) + _check_slots(index, job, app)
     parameters, slots = job.parameters.keys(), job.transfers.keys()
     mistyped = _mistyped(index, job, app) if app.types else []
     if (
@@ -250,15 +254,46 @@ def _check_app(
         _problem(index, "parameters", f"app {job.app!r} requires parameter {name!r}")
         for name in sorted(app.required_parameters - job.parameters.keys())
     ]
-    problems += [
+    return problems + _check_slots(index, job, app)
+
+
+def _check_slots(index: int, job: JobSubmission, app: AppInterface) -> list[dict[str, Any]]:
+    return [
         _problem(index, "transfers", f"app {job.app!r} has no transfer slot {name!r}")
         for name in sorted(job.transfers.keys() - app.slots)
-    ]
-    problems += [
+    ] + [
         _problem(index, "transfers", f"app {job.app!r} requires transfer slot {name!r}")
         for name in sorted(app.required_slots - job.transfers.keys())
     ]
+
+
+def _check_calls(index: int, job: JobSubmission, app: AppInterface) -> list[dict[str, Any]]:
+    """Each call's parameters as :func:`_check_app` checks a job's, located by call."""
+    if not app.python:
+        why = f"app {job.app!r} at {job.site!r} is a shell app: calls are for Python functions"
+        return [_problem(index, "calls", why)]
+    problems = []
+    for number, call in enumerate(job.calls):
+        where = f"app {job.app!r} at {job.site!r}: call {number}"
+        problems += [_call_problem(index, number, f"{where} has no parameter {name!r}")
+                     for name in sorted(call.keys() - app.parameters)]  # fmt: skip
+        problems += [_call_problem(index, number, f"{where} lacks required parameter {name!r}")
+                     for name in sorted(app.required_parameters - call.keys())]  # fmt: skip
+        for name, value in call.items():
+            declared = app.types.get(name)
+            problem = None if declared is None else type_problem(declared, value)
+            if problem is not None:
+                msg = f"{where}: parameter {name!r} {problem}"
+                problems.append(_call_problem(index, number, msg, "invalid_type"))
+        if len(problems) >= MAX_DETAILS:
+            break
     return problems
+
+
+def _call_problem(
+    index: int, number: int, msg: str, kind: str = "invalid_reference"
+) -> dict[str, Any]:
+    return {"loc": ["body", "jobs", index, "calls", number], "msg": msg, "type": kind}
 
 
 def _check_locations(

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from lodestream.client.config import ClientConfig
-from lodestream.client.sdk import JobFailed, JobResult, LodeClient, LodeExecutor
+from lodestream.client.sdk import CallFailed, JobFailed, JobResult, LodeClient, LodeExecutor
 from lodestream.infra.postgres.server import EmbeddedPostgres
 from tests.support.processes import terminate
 from tests.support.site import make_site_dir
@@ -207,3 +207,66 @@ def test_the_result_route(stack: Stack) -> None:
     # Another user's job is not found.
     other = httpx.get(f"{stack.api_url}/jobs/{ok.job_id}/result", headers=stack.auth("eve"))
     assert other.status_code == 404
+
+
+def test_map_with_a_chunksize_puts_that_many_calls_in_a_job(stack: Stack) -> None:
+    """Ten calls, four a job: three jobs on the log, each finishing with one outcome per
+    call, and the values come back in order."""
+    tag = {"case": "map-chunks"}
+    with LodeExecutor(client(stack), site="alpha") as lode:
+        values = list(lode.map("square", [str(i) for i in range(10)], chunksize=4, tags=tag,
+                               timeout=WAIT_S))  # fmt: skip
+    assert values == [{"square": i * i} for i in range(10)]
+    with client(stack) as api:
+        jobs = list(api.list_jobs(tag=["case:map-chunks"]))
+    assert len(jobs) == 3
+    sizes = []
+    for job in jobs:
+        (finished,) = [e for e in events(stack, str(job["id"])) if e["type"] == "job.finished"]
+        outcomes = finished["data"]["run"]["result"]
+        assert all(o["ok"] for o in outcomes)
+        sizes.append(len(outcomes))
+    assert sorted(sizes) == [2, 4, 4]
+
+
+def test_a_call_that_raises_fails_alone_where_the_iterator_reaches_it(stack: Stack) -> None:
+    with LodeExecutor(client(stack), site="alpha") as lode:
+        results = lode.map("square", ["1", "-2", "3"], chunksize=3, timeout=WAIT_S)
+        assert next(results) == {"square": 1}
+        with pytest.raises(CallFailed) as raised:
+            next(results)
+    failed = raised.value
+    assert failed.index == 1
+    assert (failed.remote.type, failed.remote.message) == ("ValueError", "negative input -2")
+    assert "raise ValueError" in failed.remote.traceback
+    # The job is fine: it finished, with the third call's value beside the second's error.
+    history = events(stack, failed.job_id)
+    assert history[-1]["to_state"] == "JOB_FINISHED"
+    outcomes = history[-1]["data"]["run"]["result"]
+    assert [o["ok"] for o in outcomes] == [True, False, True]
+    assert outcomes[2]["result"] == {"square": 9}
+
+
+def test_calls_are_checked_by_the_api_like_parameters(stack: Stack) -> None:
+    """A call without a required parameter or with one the app lacks, a shell app given
+    calls, calls beside parameters: 422, and nothing is created (types: test_api_submit)."""
+    url = f"{stack.api_url}/jobs"
+    base = {"site": "alpha", "workdir": "calls/bad", "tags": {"case": "bad-calls"}}
+    bad = [
+        {**base, "app": "square", "calls": [{"x": "1"}, {}]},
+        {**base, "app": "square", "calls": [{"x": "1"}, {"y": "2"}]},
+        {**base, "app": "hello", "calls": [{"who": "a"}]},
+        {**base, "app": "square", "calls": [{"x": "1"}], "parameters": {"x": "2"}},
+    ]
+    for job in bad:
+        response = httpx.post(url, headers=stack.auth(ADA), json={"jobs": [job]}, timeout=30)
+        assert response.status_code == 422, (job, response.text)
+    messages = [
+        httpx.post(url, headers=stack.auth(ADA), json={"jobs": [job]}, timeout=30).text
+        for job in bad[:3]
+    ]
+    assert "call 1 lacks required parameter 'x'" in messages[0]
+    assert "call 1 has no parameter 'y'" in messages[1]
+    assert "calls are for Python functions" in messages[2]
+    with client(stack) as api:
+        assert list(api.list_jobs(tag=["case:bad-calls"])) == []

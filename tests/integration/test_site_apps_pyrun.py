@@ -241,3 +241,35 @@ def test_pyrun_starts_without_pydantic() -> None:
     probe = "import sys, agents.site.apps.pyrun; print('pydantic' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_calls_each_get_their_outcome_and_one_raising_fails_only_itself(
+    apps: Path, workdir: Path
+) -> None:
+    calls = [{"n": "2"}, {"n": "-1"}, {"n": "1", "label": "third"}]
+    code, result = pyrun(apps, workdir, "Stats", calls)
+    assert code == EXIT_OK  # every call was made
+    assert result.ok
+    first, second, third = result.result
+    assert (first["ok"], first["result"]["squares"]) == (True, [0, 1])
+    assert (second["ok"], second["error"]) == (False, "ValueError: n must be >= 0, got -1")
+    assert second["traceback"].splitlines()[-1] == "ValueError: n must be >= 0, got -1"
+    assert "pyrun.py" not in second["traceback"]
+    assert (third["result"]["label"], third["result"]["squares"]) == ("third", [0])
+
+
+def test_calls_are_checked_like_parameters_before_any_runs(apps: Path, workdir: Path) -> None:
+    code, result = pyrun(apps, workdir, "Typed", [{"steps": 1}, {"steps": "two"}])
+    assert code == EXIT_SETUP
+    assert "parameter 'steps'" in result.error
+    code, result = pyrun(apps, workdir, "Typed", [{"steps": 1}, 7])
+    assert code == EXIT_SETUP
+    assert "a list of them" in result.error
+
+
+def test_a_job_of_calls_through_its_script(apps: Path, workdir: Path, tmp_path: Path) -> None:
+    job = JobContext(job_id=uuid.uuid4(), workdir=workdir, calls=({"steps": 1}, {"steps": 41}))
+    proc = run_script(load_apps(apps)["Typed"], job, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = parse_result((workdir / PYRUN_RESULT).read_text())
+    assert result.result == [{"ok": True, "result": 2}, {"ok": True, "result": 42}]

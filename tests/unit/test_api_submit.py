@@ -366,3 +366,49 @@ def test_a_transfer_through_a_location_the_site_did_not_declare_is_refused() -> 
          "transfer slot 'inputs': site 'alpha' has no transfer location 'laptop' "
          "(its locations: beamline)"),
     ]  # fmt: skip
+
+
+# --- calls: a job of many calls of a Python-function app ----------------------------------
+
+PYTHON = AppInterface.from_row({"steps": {"type": "int"}, "label": {"default": "x"}}, {},
+                               python=True)  # fmt: skip
+PYTHON_CATALOG = Catalog(
+    sites=frozenset({"alpha"}), apps={"alpha": {"py": PYTHON, "sim": INTERFACE}},
+    own_jobs=frozenset(), locations={"alpha": frozenset({"beamline"})},
+)  # fmt: skip
+
+
+def calls_job(app: str, calls: list[dict[str, Any]]) -> JobSubmission:
+    return JobSubmission.model_validate(
+        {"site": "alpha", "app": app, "workdir": "w", "calls": calls}
+    )
+
+
+def test_each_call_is_checked_as_parameters_are_and_located_by_its_index() -> None:
+    req = request(calls_job("py", [{"steps": 1}, {"steps": "2"}, {"label": "y"}, {"nope": 1}]))
+    with pytest.raises(InvalidInput) as exc:
+        submit.check(req, submit.job_ids(req, USER, SECRET), PYTHON_CATALOG)
+    found = problems(exc)
+    assert any(loc == ["body", "jobs", 0, "calls", 1] and "parameter 'steps'" in msg
+               for loc, msg in found)  # fmt: skip
+    assert any(loc == ["body", "jobs", 0, "calls", 2] and "required parameter 'steps'" in msg
+               for loc, msg in found)  # fmt: skip
+    assert any(loc == ["body", "jobs", 0, "calls", 3] and "no parameter 'nope'" in msg
+               for loc, msg in found)  # fmt: skip
+    assert not any(loc[:4] == ["body", "jobs", 0, "calls"] and loc[4] == 0 for loc, _ in found)
+
+
+def test_good_calls_pass_and_a_shell_app_takes_none() -> None:
+    good = request(calls_job("py", [{"steps": 1}, {"steps": 2, "label": "z"}]))
+    submit.check(good, submit.job_ids(good, USER, SECRET), PYTHON_CATALOG)
+    shell = request(calls_job("sim", [{"n": "1"}]))
+    with pytest.raises(InvalidInput) as exc:
+        submit.check(shell, submit.job_ids(shell, USER, SECRET), PYTHON_CATALOG)
+    assert "calls are for Python functions" in problems(exc)[0][1]
+
+
+def test_calls_and_parameters_do_not_go_together() -> None:
+    both = {"site": "alpha", "app": "py", "workdir": "w", "calls": [{"steps": 1}],
+            "parameters": {"steps": 1}}  # fmt: skip
+    with pytest.raises(ValueError, match="parameters or calls"):
+        JobSubmission.model_validate(both)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import subprocess
@@ -183,3 +184,23 @@ def test_python_app_renders_pyrun_with_values_in_the_params_file(tmp_path: Path)
     )
     subprocess.run(["bash", "-c", setup], check=True)
     assert (tmp_path / PYRUN_PARAMS).read_text() == '{"x": "\'2\'", "y": "1"}\n'
+
+
+def test_calls_go_to_the_params_file_as_a_list_each_checked(tmp_path: Path) -> None:
+    """A job of many calls: hostile values stay data, in the params file's list."""
+    calls = ({"x": value} for value in HOSTILE[:8])
+    job = JobContext(job_id=uuid.uuid4(), workdir=tmp_path / "w", calls=tuple(calls))
+    tmp_path.joinpath("w").mkdir()
+    script = render_script(Adder, job)
+    done = subprocess.run(["bash", "-c", script.replace(script.splitlines()[-1], "")],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    written = json.loads((tmp_path / "w" / PYRUN_PARAMS).read_text())
+    assert written == [{"x": value, "y": "1"} for value in HOSTILE[:8]]
+    assert not (tmp_path / "w" / "PWNED").exists()
+    with pytest.raises(ParameterError, match="no parameter 'z'"):
+        render_script(Adder, JobContext(job_id=uuid.uuid4(), workdir=tmp_path,
+                                        calls=({"x": "1"}, {"z": "2"})))  # fmt: skip
+    with pytest.raises(ParameterError, match="calls are for Python-function apps"):
+        render_script(Args, JobContext(job_id=uuid.uuid4(), workdir=tmp_path,
+                                       calls=({"a": "1", "b": "2"},)))  # fmt: skip

@@ -53,6 +53,8 @@ class JobContext:
     job_id: uuid.UUID
     workdir: Path
     parameters: Mapping[str, Any] = field(default_factory=dict)
+    # A job of many calls (``JobSpec.calls``): run() once per entry, in place of parameters.
+    calls: tuple[Mapping[str, Any], ...] = ()
     tags: Mapping[str, str] = field(default_factory=dict)
     data: Mapping[str, Any] = field(default_factory=dict)
     attempt: int = 1
@@ -77,6 +79,7 @@ class JobContext:
             job_id=job_id,
             workdir=data_dir / spec.workdir,
             parameters=dict(spec.parameters),
+            calls=tuple(dict(call) for call in spec.calls),
             tags=dict(spec.tags),
             data=dict(spec.data),
             attempt=attempt,

@@ -8,6 +8,12 @@ Writes ``{"ok": true, "result": ...}`` or ``{"ok": false, "error": "Type: msg",
 1 when it raised or returned something that is not JSON, and 2 when the app
 could not be started at all (bad apps dir, unknown app, bad parameters); the
 result file then says why. The launcher reads it with ``parse_result``.
+
+A job of many calls (``JobSpec.calls``) has a JSON *list* of parameter sets in its params
+file: ``run()`` is called once for each, in order, each on an instance of its own, and the
+result is ``{"ok": true, "result": [outcome, ...]}``, one outcome per call in the form
+above, so that one call that raises fails that call alone. The exit is 0 once every call
+has been made.
 """
 
 from __future__ import annotations
@@ -69,33 +75,52 @@ def run_loaded(
 ) -> int:
     """What ``main`` does with the apps already imported (a warm worker's); its exit status."""
     try:
-        app = _prepare(apps, name, params_file)
+        app_cls, given = _prepare(apps, name, params_file)
+        calls = [resolve_parameters(app_cls, call) for call in given] if isinstance(
+            given, list) else None  # fmt: skip
+        params = resolve_parameters(app_cls, given) if isinstance(given, dict) else {}
     except (AppError, OSError, ValueError) as exc:
         _write(result_path, _failure(exc, None))
         return EXIT_SETUP
-    params, instance = app
-    run = getattr(instance, "run", None)
+    if calls is not None:
+        outcomes = [_call(app_cls, values)[1] for values in calls]
+        _write_text(result_path, json.dumps({"ok": True, "result": outcomes}))
+        return EXIT_OK
+    code, outcome = _call(app_cls, params)
+    _write(result_path, outcome)
+    return code
+
+
+def _call(
+    app_cls: type[ApplicationDefinition], params: dict[str, object]
+) -> tuple[int, dict[str, Any]]:
+    """Call ``run()`` once on an instance of its own; its exit status and outcome document."""
+    job = JobContext(
+        job_id=uuid.UUID(os.environ.get("LODE_JOB_ID", str(uuid.UUID(int=0)))),
+        workdir=Path.cwd(),
+        parameters=params,
+        attempt=int(os.environ.get("LODE_JOB_ATTEMPT", "1")),
+    )
+    run = getattr(app_cls(job), "run", None)
     assert callable(run)  # guaranteed by the ApplicationDefinition checks
     try:
         value = run(**params)
     except (Exception, SystemExit) as exc:
-        # Drop pyrun's own frame: the traceback starts in the site author's code.
+        # Drop pyrun's own frames: the traceback starts in the site author's code.
         tb = exc.__traceback__.tb_next if exc.__traceback__ else None
-        _write(result_path, _failure(exc, tb))
-        return EXIT_RAISED
+        return EXIT_RAISED, _failure(exc, tb)
     try:
-        payload = json.dumps({"ok": True, "result": value}, allow_nan=False)
+        json.dumps(value, allow_nan=False)
     except (TypeError, ValueError) as exc:
         error = ResultError(f"run() returned a value that is not JSON-serialisable: {exc}")
-        _write(result_path, _failure(error, None))
-        return EXIT_RAISED
-    _write_text(result_path, payload)
-    return EXIT_OK
+        return EXIT_RAISED, _failure(error, None)
+    return EXIT_OK, {"ok": True, "result": value}
 
 
 def _prepare(
     apps: Mapping[str, type[ApplicationDefinition]], name: str, params_file: Path
-) -> tuple[dict[str, object], ApplicationDefinition]:
+) -> tuple[type[ApplicationDefinition], dict[str, Any] | list[dict[str, Any]]]:
+    """The app and what its params file holds: one parameter set, or one per call."""
     if name not in apps:
         where = f" in {apps_dir_of(next(iter(apps.values())))}" if apps else ""
         raise UnknownApp(f"no app named {name!r}{where} (apps: {', '.join(sorted(apps))})")
@@ -103,16 +128,13 @@ def _prepare(
     if not app_cls.spec.is_python:
         raise UnknownApp(f"app {name!r} is a shell command app, not a Python-function app")
     given = json.loads(params_file.read_text(encoding="utf-8"))
+    if isinstance(given, list) and all(isinstance(call, dict) for call in given):
+        return app_cls, given
     if not isinstance(given, dict):
-        raise ParameterError(f"{params_file} must hold a JSON object of parameter values")
-    params = resolve_parameters(app_cls, given)
-    job = JobContext(
-        job_id=uuid.UUID(os.environ.get("LODE_JOB_ID", str(uuid.UUID(int=0)))),
-        workdir=Path.cwd(),
-        parameters=params,
-        attempt=int(os.environ.get("LODE_JOB_ATTEMPT", "1")),
-    )
-    return params, app_cls(job)
+        raise ParameterError(
+            f"{params_file} must hold a JSON object of parameter values, or a list of them"
+        )
+    return app_cls, given
 
 
 def _failure(exc: BaseException, tb: TracebackType | None) -> dict[str, Any]:

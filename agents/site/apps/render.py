@@ -61,9 +61,14 @@ def resolve_parameters(
 def render_command(app_cls: type[ApplicationDefinition], params: Mapping[str, object]) -> str:
     """The job's command line. A Python-function app's values travel in the params file instead."""
     spec = app_cls.spec
-    resolved = resolve_parameters(app_cls, params)
     if spec.command_template is not None:
-        return substitute(spec.command_template, resolved)
+        return substitute(spec.command_template, resolve_parameters(app_cls, params))
+    return _pyrun_command(app_cls)
+
+
+def _pyrun_command(app_cls: type[ApplicationDefinition]) -> str:
+    """The command of a Python-function job: pyrun reads its values from the params file."""
+    spec = app_cls.spec
     return shlex.join([
         spec.python_exe, "-m", "lodestream.agents.site.apps.pyrun",
         "--apps-dir", str(apps_dir_of(app_cls)), "--app", spec.name,
@@ -107,13 +112,13 @@ def render_job(app_cls: type[ApplicationDefinition], job: JobContext) -> Rendere
     Python-function apps and apps with a shell preamble always need their script.
     """
     spec = app_cls.spec
-    resolved = resolve_parameters(app_cls, job.parameters)
+    values = _values(app_cls, job)
     preamble = app_cls(job).shell_preamble()
     if not isinstance(preamble, str):
         raise AppDefinitionError(f"{spec.name}.shell_preamble() must return a str")
     exports = {**spec.environment_variables, "LODE_JOB_ID": str(job.job_id),
                "LODE_JOB_ATTEMPT": f"{job.attempt:d}"}  # fmt: skip
-    command = render_command(app_cls, resolved)
+    command = _pyrun_command(app_cls) if spec.is_python else render_command(app_cls, job.parameters)
     lines = [
         "#!/usr/bin/env bash",
         f"# lodestream job {job.job_id}, app {spec.name}, attempt {job.attempt}",
@@ -124,7 +129,7 @@ def render_job(app_cls: type[ApplicationDefinition], job: JobContext) -> Rendere
     lines += [f"export {k}={shlex.quote(v)}" for k, v in exports.items()]
     if spec.is_python:
         lines.append(f"mkdir -p {PYRUN_DIR}")
-        lines.append(f"printf '%s\\n' {shlex.quote(json.dumps(resolved))} > {PYRUN_PARAMS}")
+        lines.append(f"printf '%s\\n' {shlex.quote(json.dumps(values))} > {PYRUN_PARAMS}")
     lines.append(command)
     argv = None if spec.is_python or preamble.strip() else simple_argv(command)
     direct = None
@@ -132,8 +137,21 @@ def render_job(app_cls: type[ApplicationDefinition], job: JobContext) -> Rendere
         direct = ExecForm(argv=tuple(argv), env={**exports, "PWD": str(job.workdir)})
     call = None
     if spec.is_python and not preamble.strip():
-        call = PyCall(app=spec.name, params_json=json.dumps(resolved), env=exports)
+        call = PyCall(app=spec.name, params_json=json.dumps(values), env=exports)
     return RenderedJob(script="\n".join(lines) + "\n", direct=direct, call=call)
+
+
+def _values(
+    app_cls: type[ApplicationDefinition], job: JobContext
+) -> dict[str, object] | list[dict[str, object]]:
+    """What the job's run gets: its parameters, or one parameter set per call (a list, which
+    pyrun runs one after the other), each checked as :func:`resolve_parameters` checks."""
+    if not job.calls:
+        return resolve_parameters(app_cls, job.parameters)
+    if not app_cls.spec.is_python:
+        raise ParameterError(f"app {app_cls.spec.name!r} is a shell app: calls are for "
+                             "Python-function apps")  # fmt: skip
+    return [resolve_parameters(app_cls, call) for call in job.calls]
 
 
 def render_script(app_cls: type[ApplicationDefinition], job: JobContext) -> str:
