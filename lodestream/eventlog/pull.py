@@ -126,6 +126,22 @@ class PullConsumer:
         return not (msg.headers and STATUS in msg.headers and not msg.data)
 
 
+# How long a reader that loops on its own pauses after a request answered "no responders".
+NO_CONSUMER_WAIT_S = 0.5
+
+
+async def fetch_or_pause(sub: PullConsumer, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109 - as PullConsumer
+    """:meth:`PullConsumer.fetch` for a reader that loops on its own (a rebuild's read, the
+    API's push feeds): a request answered "no responders" (its consumer not made yet, or a
+    cluster still choosing the consumer's leader) is an empty fetch after a short pause, as
+    it was before the fetch said so, instead of an error that ends the reader."""
+    try:
+        return await sub.fetch(batch, timeout)
+    except nats.errors.NoRespondersError:
+        await asyncio.sleep(min(timeout, NO_CONSUMER_WAIT_S))
+        return []
+
+
 async def pull_consumer(js: Any, stream: str, durable: str) -> PullConsumer:
     """A started :class:`PullConsumer` on ``js``'s connection."""
     return await PullConsumer.on(js, stream, durable).start()

@@ -30,7 +30,7 @@ from collections.abc import AsyncGenerator
 
 from nats.js import JetStreamContext
 
-from lodestream.eventlog.pull import PullConsumer
+from lodestream.eventlog.pull import PullConsumer, fetch_or_pause
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.api.feedbox import Outbox
 from lodestream.services.api.feedfilter import FeedFilter
@@ -186,7 +186,7 @@ class LiveFeed:
         """Read what fits; True when it has read everything there is (caught up)."""
         want = min(self.outbox.room, MAX_FETCH)
         try:
-            msgs = await sub.fetch(want, timeout=self._settings.heartbeat_s)
+            msgs = await fetch_or_pause(sub, want, timeout=self._settings.heartbeat_s)
         except TimeoutError:
             msgs = []
         framed, seen = accepted_frames(self._hubs.cache, self._filter, msgs)

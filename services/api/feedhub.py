@@ -30,7 +30,7 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import NotFoundError
 
-from lodestream.eventlog.pull import PullConsumer
+from lodestream.eventlog.pull import PullConsumer, fetch_or_pause
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.api.feedbox import Outbox
 from lodestream.services.api.feedfilter import FeedFilter
@@ -216,7 +216,7 @@ class FeedHub:
 
     async def _fill(self, sub: PullConsumer) -> None:
         try:
-            msgs = await sub.fetch(MAX_FETCH, timeout=self._settings.heartbeat_s)
+            msgs = await fetch_or_pause(sub, MAX_FETCH, timeout=self._settings.heartbeat_s)
         except TimeoutError:
             msgs = []
         framed, seen = accepted_frames(self._cache, self.filter, msgs)

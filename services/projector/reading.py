@@ -19,7 +19,7 @@ from typing import Any, Protocol, cast
 
 from nats.aio.msg import Msg
 
-from lodestream.eventlog.pull import PullConsumer, stream_seq
+from lodestream.eventlog.pull import PullConsumer, fetch_or_pause, stream_seq
 from lodestream.eventlog.rawpull import Delivery, RawPull
 from lodestream.schemas.subjects import HB_STREAM
 from lodestream.services.projector.messages import RawMessage
@@ -104,7 +104,7 @@ class MessageReader:
         await self._sub.stop()
 
     async def fetch(self, batch: int, timeout: float) -> list[RawMessage]:  # noqa: ASYNC109 - as PullConsumer
-        msgs = await self._sub.fetch(batch, timeout)
+        msgs = await fetch_or_pause(self._sub, batch, timeout)
         if not msgs:
             return []
         self._last = msgs[-1]

@@ -20,7 +20,7 @@ from nats.js import JetStreamContext
 from lodestream.eventlog import EventLog
 from lodestream.eventlog.consumers import consumer_config, ensure_site_consumers
 from lodestream.eventlog.kernel import hand_back
-from lodestream.eventlog.pull import PullConsumer, pull_consumer
+from lodestream.eventlog.pull import NO_CONSUMER_WAIT_S, PullConsumer, fetch_or_pause, pull_consumer
 from lodestream.schemas.events.job import CreatedData, JobCreated
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.subjects import EVENTS_STREAM, type_filter
@@ -68,6 +68,11 @@ async def test_a_reader_started_before_its_consumer_exists_reads_once_it_does(
     sub = await pull_consumer(js, LAUNCH.stream, LAUNCH.durable(SITE))
     with pytest.raises(nats.errors.NoRespondersError):
         await sub.fetch(1, timeout=5)
+    # A reader that loops on its own (a rebuild, the API's push feeds) sees nothing yet,
+    # after a pause, rather than an error that would end it.
+    began = asyncio.get_running_loop().time()
+    assert await fetch_or_pause(sub, 1, timeout=5) == []
+    assert asyncio.get_running_loop().time() - began >= NO_CONSUMER_WAIT_S * 0.9
     await ensure_site_consumers(js, SITE)
     job = JobCreated.create(
         site=SITE, aggregate_id=uuid.uuid4(), actor=f"user:{OWNER}",
