@@ -227,20 +227,23 @@ async def test_a_partial_batch_waits_the_linger_for_what_comes_next(
 # --- the fallbacks that only log: a fold ahead whose read fails, a linger whose fetch fails -
 
 
-async def append_in_waves(js: JetStreamContext, jobs: int) -> tuple[int, int]:
-    """``jobs`` jobs created (after the site), then their lifecycles step by step, every job's
-    first step before any job's second: the last sequence of each part."""
+async def create_jobs(js: JetStreamContext, jobs: int) -> tuple[int, list[list[Event]]]:
+    """``jobs`` jobs created (after the site): the last sequence, and each job's lifecycle
+    steps still to append (:func:`append_waves`)."""
     created = [job_created(SITE, OWNER) for _ in range(jobs)]
-    log = EventLog(js)
+    first = await _append(js, [site_registered(SITE, OWNER), *created])
+    return first, [lifecycle(c) for c in created]
 
-    async def append(events: list[Event]) -> int:
-        results = await log.append_many([(e, None) for e in events])
-        assert all(isinstance(r, Appended) for r in results)
-        return max(r.seq for r in results if isinstance(r, Appended))
 
-    first = await append([site_registered(SITE, OWNER), *created])
-    steps = [lifecycle(c) for c in created]
-    return first, await append([s[wave] for wave in range(4) for s in steps])
+async def append_waves(js: JetStreamContext, steps: list[list[Event]]) -> int:
+    """Every job's first step before any job's second; the last sequence."""
+    return await _append(js, [s[wave] for wave in range(4) for s in steps])
+
+
+async def _append(js: JetStreamContext, events: list[Event]) -> int:
+    results = await EventLog(js).append_many([(e, None) for e in events])
+    assert all(isinstance(r, Appended) for r in results)
+    return max(r.seq for r in results if isinstance(r, Appended))
 
 
 async def test_a_fold_ahead_whose_read_fails_is_folded_after_the_commit_before_it(
@@ -255,9 +258,11 @@ async def test_a_fold_ahead_whose_read_fails_is_folded_after_the_commit_before_i
     commits, the second connection is opened again for the next, and every event is
     applied once."""
     caplog.set_level(logging.INFO, logger=CONSUMER_LOG)
-    created, last = await append_in_waves(js, 600)
+    created, steps = await create_jobs(js, 600)
     async with running_projector(js, database_url):  # a projector that then goes away
         await wait_for_position(database_url, created)
+    # Only now the steps: however slow the machine, the first projector read none of them.
+    last = await append_waves(js, steps)
     failed: list[bool] = []
     load_into = ProjectionStore.load_into
 
