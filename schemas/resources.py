@@ -169,12 +169,7 @@ class JobSpec(JobResources):
         if not value:
             return value
         check_storable(value, "parameters")
-        size = len(json.dumps(value, separators=(",", ":")).encode())
-        if size > MAX_PARAMETERS_BYTES:
-            raise ValueError(
-                f"parameters take {size} bytes as JSON; the limit is {MAX_PARAMETERS_BYTES} "
-                "(put bulk input in a file the job stages in)"
-            )
+        _check_size(value, "parameters", "put bulk input in a file the job stages in")
         return value
 
     @field_validator("calls")
@@ -186,12 +181,7 @@ class JobSpec(JobResources):
             return value
         for call in value:
             check_storable(call, "calls")
-        size = len(json.dumps(value, separators=(",", ":")).encode())
-        if size > MAX_PARAMETERS_BYTES:
-            raise ValueError(
-                f"calls take {size} bytes as JSON; the limit is {MAX_PARAMETERS_BYTES} "
-                "(fewer calls a job, or bulk input in a file the job stages in)"
-            )
+        _check_size(value, "calls", "fewer calls a job, or bulk input in a file the job stages in")
         return value
 
     @model_validator(mode="after")
@@ -211,6 +201,15 @@ class JobSpec(JobResources):
         if len(set(value)) != len(value):
             raise ValueError("parent_ids contains duplicates")
         return value
+
+
+def _check_size(value: object, what: str, instead: str) -> None:
+    """A job's values travel in every event that carries its spec: kept small."""
+    size = len(json.dumps(value, separators=(",", ":")).encode())
+    if size > MAX_PARAMETERS_BYTES:
+        raise ValueError(
+            f"{what} take {size} bytes as JSON; the limit is {MAX_PARAMETERS_BYTES} ({instead})"
+        )
 
 
 class Site(Frozen):

@@ -412,3 +412,10 @@ def test_calls_and_parameters_do_not_go_together() -> None:
             "parameters": {"steps": 1}}  # fmt: skip
     with pytest.raises(ValueError, match="parameters or calls"):
         JobSubmission.model_validate(both)
+
+
+def test_calls_are_held_to_the_parameters_byte_limit_together() -> None:
+    calls = [{"steps": 1, "label": "x" * 1000} for _ in range(80)]  # ~83 KB as JSON
+    with pytest.raises(ValueError, match=r"calls take \d+ bytes as JSON; the limit is 65536"):
+        calls_job("py", calls)
+    assert len(calls_job("py", calls[:50]).calls) == 50
