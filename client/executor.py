@@ -154,11 +154,11 @@ class LodeExecutor(Executor):
         if chunksize > 1 and not definition.get("python"):
             raise TypeError(f"app {app!r} is a shell app: chunksize is for Python-function apps")
         deadline = None if timeout is None else time.monotonic() + timeout
-        jobs: list[tuple[LodeFuture, int]] = []
+        jobs: list[LodeFuture] = []
         for chunk in _batches(zip(*iterables, strict=False), chunksize):
             calls = [_positional(app, definition, args) for args in chunk]
             values = {"parameters": calls[0]} if chunksize == 1 else {"calls": calls}
-            jobs.append((self._enqueue(where, app, values, definition, tags=tags), len(calls)))
+            jobs.append(self._enqueue(where, app, values, definition, tags=tags))
         return _results(jobs, deadline, calls=chunksize > 1)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -353,12 +353,10 @@ def _batches(items: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple
         yield chunk
 
 
-def _results(
-    jobs: Sequence[tuple[LodeFuture, int]], deadline: float | None, *, calls: bool
-) -> Iterator[Any]:
+def _results(jobs: Sequence[LodeFuture], deadline: float | None, *, calls: bool) -> Iterator[Any]:
     """The results of ``jobs`` in order: each job's value, or each of its calls' values."""
     try:
-        for future, _count in jobs:
+        for future in jobs:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             value = future.result(left)
             if not calls:
@@ -370,7 +368,7 @@ def _results(
                     raise CallFailed.from_outcome(future.job_id, index, outcome)
                 yield outcome.get("result")
     finally:  # the iterator raised or was dropped: what nobody will read need not run
-        for future, _count in jobs:
+        for future in jobs:
             future.cancel()
 
 

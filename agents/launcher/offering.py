@@ -102,19 +102,21 @@ class Offering:
         if allocation is not None:
             self._place(item, allocation)
         elif placing is Offer.PLACE and len(state.waiting) < pilot.prefetch:
-            # Ours once a slot frees: kept, not handed back and fetched again.
-            state.waiting[item.key] = Waiting(item, request, prefer, time.monotonic())
+            # Ours once a slot frees: kept, not handed back and fetched again; its check
+            # against the log begins now, not once a slot frees.
+            check = None if item.submitted else asyncio.create_task(self._running.check_kept(item))
+            state.waiting[item.key] = Waiting(item, request, prefer, time.monotonic(), check)
             state.held[item.key] = item
-            if not item.submitted:  # its check against the log now, not once a slot frees
-                state.checks[item.key] = asyncio.create_task(self._running.check_kept(item))
         else:
             await settle(msg, Nak(NAK_DELAY_S), NAME)  # elsewhere, or here once nodes free
 
-    def _place(self, item: WorkItem, allocation: Allocation) -> None:
+    def _place(
+        self, item: WorkItem, allocation: Allocation, check: asyncio.Task[bool] | None = None
+    ) -> None:
         state = self._state
         state.held[item.key] = item
         state.placed.add(item.key)
-        state.start_job(self._running.run_job(item, allocation))
+        state.start_job(self._running.run_job(item, allocation, check))
 
     async def start_waiting(self) -> None:
         """Place the kept deliveries that fit now, in the order they came; hand back those
@@ -136,7 +138,7 @@ class Offering:
             allocation = state.packer.allocate(waiting.request, waiting.prefer)
             if allocation is not None:
                 del state.waiting[key]
-                self._place(waiting.item, allocation)
+                self._place(waiting.item, allocation, waiting.check)
 
     async def give_back_waiting(self) -> None:
         """Stopping: the kept deliveries go back to the feed at once (nothing leased them)."""
@@ -147,9 +149,8 @@ class Offering:
 
     async def _give_back(self, key: JobKey, waiting: Waiting) -> None:
         """Hand back a delivery already taken out of ``waiting``."""
-        check = self._state.checks.pop(key, None)
-        if check is not None:  # it must not settle a delivery handed back
-            check.cancel()
+        if waiting.check is not None:  # it must not settle a delivery handed back
+            waiting.check.cancel()
         self._state.held.pop(key, None)
         self._state.report.returned += 1
         await settle(waiting.item.msg, Nak(), NAME)

@@ -71,9 +71,11 @@ class Running:
         self._app_models = {name: to_app_model(cls, pilot.site) for name, cls in parts.apps.items()}
         self._base_env = dict(pilot.base_env)
 
-    async def run_job(self, item: WorkItem, allocation: Allocation) -> None:
+    async def run_job(
+        self, item: WorkItem, allocation: Allocation, check: asyncio.Task[bool] | None = None
+    ) -> None:
+        """Check, lease, run and report ``item``; ``check``: its check begun while it was kept."""
         try:
-            check = self._state.checks.pop(item.key, None)  # begun while it was kept
             submitted = await check if check is not None else await self._submitted(item)
             leased_at = await self._lease(item, allocation) if submitted else None
             if leased_at is not None:
@@ -153,7 +155,6 @@ class Running:
         state = self._state
         if state.waiting.pop(item.key, None) is not None:
             state.held.pop(item.key, None)
-            state.checks.pop(item.key, None)
         return False
 
     async def _submitted(self, item: WorkItem) -> bool:

@@ -28,6 +28,9 @@ class Waiting:
     request: JobRequest
     prefer: list[str]  # the nodes to place it on first (their caches hold its inputs)
     since: float  # monotonic
+    # Its check against its job.created (Running.check_kept), begun when it was kept so that
+    # a freed slot waits for the lease alone; None when the delivery is the job.created.
+    check: asyncio.Task[bool] | None = None
 
 
 @dataclass(slots=True)
@@ -44,9 +47,6 @@ class PilotState:
     # what places them (the offer's): called the moment a slot frees.
     waiting: dict[JobKey, Waiting] = field(default_factory=dict)
     place_waiting: Callable[[], Awaitable[None]] | None = None
-    # A kept delivery's check against its job.created (Running.check_kept), begun while it
-    # waits so that a freed slot waits for the lease alone; the run takes the answer.
-    checks: dict[JobKey, asyncio.Task[bool]] = field(default_factory=dict)
     # The last sequence of our CAS chain; present only while we may still report.
     chains: dict[JobKey, int] = field(default_factory=dict)
     freed: asyncio.Event = field(default_factory=asyncio.Event)  # a slot was given back
