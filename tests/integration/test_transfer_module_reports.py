@@ -16,7 +16,6 @@ from nats.js import JetStreamContext
 
 from lodestream.agents.site.settings import SiteSettings
 from lodestream.agents.site.transfers.module import TransferModule
-from lodestream.eventlog.consumers import ensure_site_consumers
 from lodestream.platform_adapters.transfers.base import (
     ItemOutcome,
     TaskStatus,
@@ -28,6 +27,7 @@ from lodestream.platform_adapters.transfers.base import (
 from lodestream.schemas.envelope import Event
 from lodestream.schemas.ids import uuid7
 from lodestream.schemas.trust import event_from_message
+from tests.integration.test_transfer_promptness import running_module as running_transfers
 from tests.support.staging import Item, request
 
 SITE: Final = "alpha"
@@ -78,15 +78,8 @@ async def running_module(
         "site": SITE, "nats": {"url": "wss://127.0.0.1:1"}, "directory": tmp_path,
         "transfers": {"locations": {"dtn": "local:/"}, "poll_interval_s": 0.05},
     })  # fmt: skip
-    await ensure_site_consumers(js, SITE)  # the controller's part, for a registered site
-    module = TransferModule(js, settings, build=lambda *_: backend)
-    stop = asyncio.Event()
-    task = asyncio.create_task(module.run(stop))
-    try:
+    async with running_transfers(js, settings, build=lambda *_: backend) as module:
         yield module
-    finally:
-        stop.set()
-        await task
 
 
 async def requested(js: JetStreamContext, sources: list[str]) -> list[Item]:

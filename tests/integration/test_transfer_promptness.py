@@ -23,6 +23,7 @@ import pytest
 from nats.js import JetStreamContext
 
 from lodestream.agents.site.settings import SiteSettings
+from lodestream.agents.site.transfers.locations import BackendBuilder
 from lodestream.agents.site.transfers.module import TransferModule
 from lodestream.eventlog.consumers import ensure_site_consumers
 from lodestream.schemas.envelope import Event
@@ -56,10 +57,11 @@ def remote(tmp_path: Path) -> Path:
 
 @asynccontextmanager
 async def running_module(
-    js: JetStreamContext, settings: SiteSettings
+    js: JetStreamContext, settings: SiteSettings, build: BackendBuilder | None = None
 ) -> AsyncIterator[TransferModule]:
+    """The transfer module alone, with the site's own backends unless ``build`` says."""
     await ensure_site_consumers(js, SITE)  # the controller's part, for a registered site
-    module = TransferModule(js, settings)  # the site's own backends (default builder)
+    module = TransferModule(js, settings, build=build)
     stop = asyncio.Event()
     task = asyncio.create_task(module.run(stop))
     try:
