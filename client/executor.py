@@ -154,11 +154,11 @@ class LodeExecutor(Executor):
         if chunksize > 1 and not definition.get("python"):
             raise TypeError(f"app {app!r} is a shell app: chunksize is for Python-function apps")
         deadline = None if timeout is None else time.monotonic() + timeout
-        jobs: list[LodeFuture] = []
+        jobs: list[tuple[LodeFuture, int]] = []
         for chunk in _batches(zip(*iterables, strict=False), chunksize):
             calls = [_positional(app, definition, args) for args in chunk]
             values = {"parameters": calls[0]} if chunksize == 1 else {"calls": calls}
-            jobs.append(self._enqueue(where, app, values, definition, tags=tags))
+            jobs.append((self._enqueue(where, app, values, definition, tags=tags), len(calls)))
         return _results(jobs, deadline, calls=chunksize > 1)
 
     def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
@@ -353,22 +353,30 @@ def _batches(items: Iterable[tuple[Any, ...]], size: int) -> Iterator[list[tuple
         yield chunk
 
 
-def _results(jobs: Sequence[LodeFuture], deadline: float | None, *, calls: bool) -> Iterator[Any]:
-    """The results of ``jobs`` in order: each job's value, or each of its calls' values."""
+def _results(
+    jobs: Sequence[tuple[LodeFuture, int]], deadline: float | None, *, calls: bool
+) -> Iterator[Any]:
+    """The results of ``jobs`` (each with how many calls it carries) in order: each job's
+    value, or each of its calls' values."""
     try:
-        for future in jobs:
+        for future, count in jobs:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             value = future.result(left)
             if not calls:
                 yield value
                 continue
             assert future.job_id is not None
-            for index, outcome in enumerate(value):
-                if not outcome.get("ok"):
+            # The result is the pilot's report: a site's words, checked before they are used.
+            outcomes = value if isinstance(value, list) else []
+            for index in range(count):
+                outcome = outcomes[index] if index < len(outcomes) else None
+                if not isinstance(outcome, dict):
+                    raise CallFailed.unreported(future.job_id, index)
+                if outcome.get("ok") is not True:
                     raise CallFailed.from_outcome(future.job_id, index, outcome)
                 yield outcome.get("result")
     finally:  # the iterator raised or was dropped: what nobody will read need not run
-        for future in jobs:
+        for future, _count in jobs:
             future.cancel()
 
 

@@ -68,6 +68,12 @@ class CallFailed(Exception):
         super().__init__(f"job {job_id}, call {index}: {remote.type}: {remote.message}")
 
     @classmethod
+    def unreported(cls, job_id: str, index: int) -> CallFailed:
+        """The job finished but its result holds no outcome for this call (not pyrun's)."""
+        why = "the job's result holds no outcome for this call"
+        return cls(job_id, index, RemoteError("ResultError", why, ""))
+
+    @classmethod
     def from_outcome(cls, job_id: str, index: int, outcome: Mapping[str, Any]) -> CallFailed:
         """From one entry of the job's result, as pyrun writes it (``{"ok": false, ...}``)."""
         error = str(outcome.get("error", ""))
