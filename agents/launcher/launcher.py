@@ -230,7 +230,10 @@ class Launcher:
         self._state.revoked = True
 
     async def _lease_loop(self, stop: asyncio.Event) -> ExitReason:
-        sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._pilot.site))
+        # Topped up: the launch feed also carries the creation of jobs not created runnable,
+        # which take up a pilot's request without filling its slots (eventlog/pull.py).
+        sub = await pull_consumer(self._js, LAUNCH.stream, LAUNCH.durable(self._pilot.site),
+                                  top_up=True)  # fmt: skip
         pulling = PullLoop(sub, name="launcher", batch=self._fetch_size, timeout_s=_fetch_wait_s)
         state, idle_ttl_s = self._state, self._pilot.idle_ttl_s
         idle_since = time.monotonic()

@@ -35,6 +35,8 @@ from lodestream.schemas.topology import next_subject
 log = logging.getLogger(__name__)
 
 STATUS = "Status"
+# On a request's end (408, 409): how many messages of its batch it did not deliver.
+PENDING_MESSAGES = "Nats-Pending-Messages"
 _ENDS_REQUEST = frozenset({"404", "408", "409"})  # no messages, expired, consumer changed
 # No responders: the consumer does not exist (yet: a pilot started as its site is being
 # registered, before the controller made the site's consumers). The request is gone at once.
@@ -42,24 +44,32 @@ NO_CONSUMER = "503"
 
 
 class PullConsumer:
-    def __init__(self, nc: Client, stream: str, durable: str, *, api: str = "$JS.API") -> None:
+    def __init__(
+        self, nc: Client, stream: str, durable: str, *, api: str = "$JS.API", top_up: bool = False
+    ) -> None:
         self._nc = nc
         # ``api``: the JetStream API prefix; ``$JS.<domain>.API`` from a site's leaf node.
         self._subject = next_subject(stream, durable).replace("$JS.API", api, 1)
         self._sub: Any = None
-        self._remaining = 0  # messages the open pull request may still deliver
+        self._remaining = 0  # messages the open pull requests may still deliver
         self._open_until = 0.0
         self._no_consumer = False  # the last request was answered "no responders"
+        # ``top_up``: while a request is open, ask for more once a fetch wants more than it
+        # may still deliver (at most one such request open at a time); see :meth:`fetch`.
+        self._top_up = top_up
+        self._topped_until = 0.0
 
     @classmethod
-    def on(cls, js: Any, stream: str, durable: str) -> PullConsumer:
+    def on(cls, js: Any, stream: str, durable: str, *, top_up: bool = False) -> PullConsumer:
         """A consumer on ``js``'s connection, not started yet."""
-        return cls(natsprivate.connection_of(js), stream, durable, api=natsprivate.api_prefix(js))
+        return cls(natsprivate.connection_of(js), stream, durable,
+                   api=natsprivate.api_prefix(js), top_up=top_up)  # fmt: skip
 
     async def start(self) -> PullConsumer:
         """Subscribe a fresh inbox; after :meth:`stop`, also to start over on a new consumer."""
         self._remaining = 0  # no pull request is open on a fresh inbox
         self._open_until = 0.0
+        self._topped_until = 0.0
         self._inbox = self._nc.new_inbox()
         self._sub = await self._nc.subscribe(
             self._inbox, pending_msgs_limit=1_000_000, pending_bytes_limit=1 << 30
@@ -72,16 +82,23 @@ class PullConsumer:
             self._sub = None
 
     async def fetch(self, batch: int, timeout: float) -> list[Msg]:  # noqa: ASYNC109 - also the pull expiry sent to the server
-        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``."""
+        """Up to ``batch`` messages: what is there now, or the first to come within ``timeout``.
+
+        A request's batch counts every message the server sends to it, work or not. A reader
+        that settles some deliveries without taking up the room it fetched for (a pilot acks
+        the ``job.created`` of a job not created runnable) is left with a request smaller
+        than its room; with ``top_up`` it asks for the difference at once, instead of once
+        that request has run out, while its peers' requests take the burst it had room for.
+        """
         queue = natsprivate.pending_queue(self._sub)
         loop = asyncio.get_running_loop()
         msgs = self._drain(queue, batch)
-        if len(msgs) < batch and (self._remaining <= 0 or loop.time() > self._open_until):
-            want = batch - len(msgs)
-            request = {"batch": want, "expires": int(timeout * 1e9)}
-            self._remaining = want
-            self._open_until = loop.time() + timeout + 1.0
-            await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
+        want, now = batch - len(msgs), loop.time()
+        if want > 0 and (self._remaining <= 0 or now > self._open_until):
+            await self._request(want, timeout)
+        elif self._top_up and want > self._remaining > 0 and now > self._topped_until:
+            self._topped_until = now + timeout
+            await self._request(want - self._remaining, timeout, more=True)
         if not msgs:
             try:
                 first = await asyncio.wait_for(queue.get(), timeout)
@@ -98,6 +115,14 @@ class PullConsumer:
             self._no_consumer = False
             raise nats.errors.NoRespondersError
         return msgs
+
+    async def _request(self, count: int, expires_s: float, *, more: bool = False) -> None:
+        """Ask for ``count`` more messages within ``expires_s`` (``more``: beside the open
+        request; else instead of it, which has ended or is lost)."""
+        request = {"batch": count, "expires": int(expires_s * 1e9)}
+        self._remaining = self._remaining + count if more else count
+        self._open_until = asyncio.get_running_loop().time() + expires_s + 1.0
+        await self._nc.publish(self._subject, json.dumps(request).encode(), reply=self._inbox)
 
     def _drain(self, queue: asyncio.Queue[Msg], limit: int) -> list[Msg]:
         msgs: list[Msg] = []
@@ -116,7 +141,10 @@ class PullConsumer:
         if self._is_data(msg):
             self._remaining -= 1
         elif msg.headers and msg.headers.get(STATUS) in _ENDS_REQUEST:
-            self._remaining = 0
+            # One request ended: what it did not deliver, when the server says (2.9 and
+            # later), is no longer to come; the rest of a top-up's may still be.
+            pending = msg.headers.get(PENDING_MESSAGES, "")
+            self._remaining = max(0, self._remaining - int(pending)) if pending.isdigit() else 0
         elif msg.headers and msg.headers.get(STATUS) == NO_CONSUMER:
             self._remaining = 0
             self._no_consumer = True
@@ -142,9 +170,11 @@ async def fetch_or_pause(sub: PullConsumer, batch: int, timeout: float) -> list[
         return []
 
 
-async def pull_consumer(js: Any, stream: str, durable: str) -> PullConsumer:
+async def pull_consumer(
+    js: Any, stream: str, durable: str, *, top_up: bool = False
+) -> PullConsumer:
     """A started :class:`PullConsumer` on ``js``'s connection."""
-    return await PullConsumer.on(js, stream, durable).start()
+    return await PullConsumer.on(js, stream, durable, top_up=top_up).start()
 
 
 BatchHandler = Callable[[list[Msg]], Awaitable[None]]
