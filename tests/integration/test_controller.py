@@ -34,6 +34,7 @@ from lodestream.services.controller.loop import Controller
 from tests.support.builders import job_created, site_registered
 from tests.support.processes import TEST_HEARTBEAT_TTL_S
 from tests.support.projection import running_projector, wait_for_position
+from tests.support.running import running_until_stopped
 
 SITE, OWNER = "alpha", "ada"
 
@@ -41,13 +42,8 @@ SITE, OWNER = "alpha", "ada"
 @asynccontextmanager
 async def running_controller(js: JetStreamContext, dsn: str) -> AsyncIterator[Controller]:
     controller = Controller(js, dsn)
-    stop = asyncio.Event()
-    task = asyncio.create_task(controller.run(stop))
-    try:
+    async with running_until_stopped(controller.run, stop_timeout_s=10):
         yield controller
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def history(dsn: str, job_id: uuid.UUID) -> list[str]:

@@ -36,6 +36,7 @@ from tests.support.batch import (
     until_batch,
 )
 from tests.support.builders import site_registered
+from tests.support.running import running_until_stopped
 from tests.support.site import secure_site_dir
 
 SITE, OWNER = "alpha", "ada"
@@ -58,13 +59,10 @@ async def running(
     """The scheduler module alone, on the site's own connection (wss, its nkey)."""
     nc = await connect_site(settings, "scheduler-test")
     module = PilotScheduler(jetstream(nc), settings, scheduler, **options)
-    stop = asyncio.Event()
-    task = asyncio.create_task(module.run(stop))
     try:
-        yield module
+        async with running_until_stopped(module.run):
+            yield module
     finally:
-        stop.set()
-        await task
         await disconnect(nc)
 
 

@@ -31,6 +31,7 @@ from lodestream.schemas.events import TransferRequested, TransferSubmitted, Tran
 from lodestream.schemas.ids import uuid7
 from lodestream.schemas.trust import event_from_message
 from tests.fixtures.sshd import require_rsync
+from tests.support.running import running_until_stopped
 from tests.support.staging import Item, request
 
 SITE: Final = "alpha"
@@ -62,13 +63,8 @@ async def running_module(
     """The transfer module alone, with the site's own backends unless ``build`` says."""
     await ensure_site_consumers(js, SITE)  # the controller's part, for a registered site
     module = TransferModule(js, settings, build=build)
-    stop = asyncio.Event()
-    task = asyncio.create_task(module.run(stop))
-    try:
+    async with running_until_stopped(module.run):
         yield module
-    finally:
-        stop.set()
-        await task
 
 
 async def item_events(js: JetStreamContext) -> dict[uuid.UUID, list[Event]]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -15,6 +14,7 @@ from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.services.projector.consumer import Projector
 from lodestream.services.projector.position import applied_seq, wait_until_applied
 from lodestream.services.projector.store import ProjectionStore
+from tests.support.running import running_until_stopped
 
 # Row order and columns that define "the same read model" for rebuild and crash tests.
 TABLE_ORDER = {
@@ -49,13 +49,8 @@ async def running_projector(
         js, dsn, stream=EVENTS_STREAM, durable="projector", batch_size=500,
         fetch_timeout_s=fetch_timeout_s, store=ProjectionStore(READ_SCHEMA), linger_s=linger_s,
     )  # fmt: skip
-    stop = asyncio.Event()
-    task = asyncio.create_task(projector.run(stop))
-    try:
+    async with running_until_stopped(projector.run, stop_timeout_s=10):
         yield projector
-    finally:
-        stop.set()
-        await asyncio.wait_for(task, 10)
 
 
 async def table_digest(dsn: str) -> dict[str, tuple[int, str]]:
