@@ -39,6 +39,8 @@ from lodestream.schemas.resources import TransferSpec
 from lodestream.schemas.states import CREATED_RUNNABLE
 from lodestream.schemas.subjects import EVENTS_STREAM
 from lodestream.schemas.topology import LAUNCH, SITE_CONSUMERS
+from lodestream.services.api.models import JobSubmission
+from lodestream.services.api.submit import AppInterface, created_runnable
 from tests.fixtures.nats import SecureNats
 from tests.integration.test_launcher import OWNER, SITE, control_plane, submit, until_all
 from tests.integration.test_staging import app_known
@@ -103,15 +105,27 @@ async def session_open(dsn: str, count: int) -> None:
             await asyncio.sleep(0.05)
 
 
-def as_the_api_creates(event: Event) -> Event:
-    """``event`` (a ``job.created``) as the API appends it: created runnable when the job has
-    no parents and nothing to stage and its app no ``preprocess`` hook (none of these apps
-    has one; services/api/submit.py's ``created_runnable``). Such a job goes to the pilots
-    from its creation, with no step of the controller's between; a job appended as the
-    builders make it waits for the controller, and its creation reaches the pilots too,
-    which ack it (a recording made so was not the run a user's submission makes)."""
+async def site_apps(dsn: str) -> dict[str, AppInterface]:
+    """The site's apps as the API reads them from the read model."""
+    async with await psycopg.AsyncConnection.connect(dsn) as conn:
+        cursor = await conn.execute(
+            "SELECT name, parameters, transfers, hooks, python FROM rm.apps WHERE site = %s",
+            (SITE,),
+        )
+        rows = await cursor.fetchall()
+    return {name: AppInterface.from_row(*row) for name, *row in rows}
+
+
+def as_the_api_creates(event: Event, apps: dict[str, AppInterface]) -> Event:
+    """``event`` (a ``job.created``) as the API appends it: created runnable when the API's
+    own rule says so (no parents, nothing to stage, no ``preprocess`` hook at its app). Such
+    a job goes to the pilots from its creation, with no step of the controller's between; a
+    job appended as the builders make it waits for the controller, and its creation reaches
+    the pilots too, which ack it (a recording made so is not the run a user's submission
+    makes)."""
     assert isinstance(event, JobCreated)
-    if event.data.parent_ids or event.data.transfers:
+    submission = JobSubmission.model_validate(event.data.model_dump())
+    if not created_runnable(submission, apps.get(event.data.app)):
         return event
     data = CreatedData.model_validate({**event.data.model_dump(), "skipped": CREATED_RUNNABLE})
     return JobCreated.create(site=event.site, aggregate_id=event.aggregate_id,
@@ -161,7 +175,8 @@ async def recorded_run(
         await session_open(dsn, sessions)
         await fetching(js, run.pilots)
         await app_known(dsn, app)
-        jobs = [as_the_api_creates(e) for e in workload()]
+        apps = await site_apps(dsn)
+        jobs = [as_the_api_creates(e, apps) for e in workload()]
         ids = await submit(js, jobs)  # type: ignore[arg-type]
         doomed = [e.aggregate_id for e in jobs if e.data.app == "fails"]  # type: ignore[attr-defined]
         await until_all(dsn, [i for i in ids if i not in doomed], "JOB_FINISHED", timeout_s=120)
